@@ -1,0 +1,144 @@
+"""Writing and re-hashing the privacy ledger (spec service.md sections 1 and 6).
+
+Every transaction that changes a budget appends one ``LedgerBlock`` holding its
+entries.  The block's hash is
+
+    sha256(prev_hash || entry_count || created_at || canonical bytes of the entries in id order)
+
+where the canonical bytes are a fixed-width little-endian record per entry
+(``ENTRY``: exact micro-epsilons, microsecond timestamps, -1 for nulls), built
+with numpy and hashed in one call.  The singleton ``LedgerHead`` row is locked
+(``SELECT ... FOR UPDATE``) last in every writing transaction, so blocks form a
+single chain.  ``block_hash`` is also what the audit recomputes from the rows
+as stored.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+from django.db import transaction
+from django.utils import timezone as djtz
+
+from .epsilon import from_micro
+from .models import LedgerBlock, LedgerEntry, LedgerHead
+
+GENESIS = "0" * 64
+KINDS = LedgerEntry.Kind.values
+SHAPES = ["", "linear", "steps"]
+ENTRY = np.dtype([
+    ("value", "<i8"), ("kind", "<i8"), ("epsilon", "<i8"), ("reference", "<i8"),
+    ("chain_before", "<i8"), ("chain_after", "<i8"), ("oneshot_before", "<i8"), ("oneshot_after", "<i8"),
+    ("ceiling", "<i8"), ("sched_start", "<i8"), ("sched_cap", "<i8"), ("sched_start_at", "<i8"),
+    ("sched_end_at", "<i8"), ("sched_shape", "<i8"), ("sched_steps", "<i8"),
+])
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros(dt: datetime | None) -> int:
+    if dt is None:
+        return -1
+    delta = dt - EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(prev_hash.encode())
+    h.update(np.array([entries.shape[0], micros(created_at)], dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(entries, dtype=ENTRY).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Rows:
+    """Ledger entries as columns (numpy int64, micro-epsilons, -1 for null) — one array per field of ENTRY."""
+
+    records: np.ndarray  # dtype ENTRY
+
+    @classmethod
+    def empty(cls, n: int) -> "Rows":
+        rec = np.full(n, -1, dtype=ENTRY)
+        rec["sched_shape"] = 0
+        return cls(rec)
+
+
+def append(rows: Rows) -> LedgerBlock:
+    """Append ``rows`` as one block; must run inside the caller's transaction, after its budget locks."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("ledger.append must run inside the transaction that changes the budgets")
+    rec = rows.records
+    if rec.shape[0] == 0:
+        raise ValueError("a ledger block needs at least one entry")
+    head, _ = LedgerHead.objects.select_for_update().get_or_create(id=1)
+    prev = head.last_block.hash if head.last_block_id else GENESIS
+    created_at = djtz.now()
+    block = LedgerBlock.objects.create(prev_hash=prev, hash=block_hash(prev, created_at, rec),
+                                       entry_count=rec.shape[0], created_at=created_at)
+    LedgerEntry.objects.bulk_create(_entry_objects(block, created_at, rec), batch_size=5000)
+    head.last_block = block
+    head.save(update_fields=["last_block"])
+    return block
+
+
+def _dec(v):
+    return None if v < 0 else from_micro(int(v))
+
+
+def _dt(v):
+    return None if v < 0 else EPOCH + np.timedelta64(int(v), "us").astype(object)
+
+
+def _entry_objects(block, created_at, rec):
+    cols = {name: rec[name].tolist() for name in ENTRY.names}
+    for i in range(rec.shape[0]):
+        yield LedgerEntry(
+            block=block, created_at=created_at, value_id=cols["value"][i], kind=KINDS[cols["kind"][i]],
+            epsilon=_dec(cols["epsilon"][i]),
+            chain_loss_before=from_micro(cols["chain_before"][i]), chain_loss_after=from_micro(cols["chain_after"][i]),
+            oneshot_loss_before=from_micro(cols["oneshot_before"][i]),
+            oneshot_loss_after=from_micro(cols["oneshot_after"][i]),
+            ceiling=from_micro(cols["ceiling"][i]),
+            schedule_start=_dec(cols["sched_start"][i]), schedule_cap=_dec(cols["sched_cap"][i]),
+            schedule_start_at=_dt(cols["sched_start_at"][i]), schedule_end_at=_dt(cols["sched_end_at"][i]),
+            schedule_shape=SHAPES[cols["sched_shape"][i]],
+            schedule_steps=None if cols["sched_steps"][i] < 0 else cols["sched_steps"][i],
+        )
+
+
+def stored_records(block: LedgerBlock) -> np.ndarray:
+    """The canonical records of a block's entries as stored now (for the audit's re-hash)."""
+    from .epsilon import to_micro
+
+    fields = ["value_id", "kind", "epsilon", "chain_loss_before", "chain_loss_after", "oneshot_loss_before",
+              "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at",
+              "schedule_end_at", "schedule_shape", "schedule_steps"]
+    rows = list(LedgerEntry.objects.filter(block=block).order_by("id").values_list(*fields))
+    rec = Rows.empty(len(rows)).records
+    m = lambda d: -1 if d is None else to_micro(d)  # noqa: E731
+    for i, r in enumerate(rows):
+        rec[i] = (r[0], KINDS.index(r[1]), m(r[2]), -1, to_micro(r[3]), to_micro(r[4]), to_micro(r[5]),
+                  to_micro(r[6]), to_micro(r[7]), m(r[8]), m(r[9]), micros(r[10]), micros(r[11]),
+                  SHAPES.index(r[12]), -1 if r[13] is None else r[13])
+    return rec
+
+
+def verify_chain() -> list[str]:
+    """Recompute every block's hash from its stored entries; return a list of problems (empty when intact)."""
+    problems = []
+    prev = GENESIS
+    for block in LedgerBlock.objects.order_by("id").iterator():
+        rec = stored_records(block)
+        if block.prev_hash != prev:
+            problems.append(f"block {block.id}: prev_hash does not match block before it")
+        if rec.shape[0] != block.entry_count:
+            problems.append(f"block {block.id}: holds {rec.shape[0]} entries, recorded {block.entry_count}")
+        if block_hash(block.prev_hash, block.created_at, rec) != block.hash:
+            problems.append(f"block {block.id}: entries do not match the block's hash")
+        prev = block.hash
+    head = LedgerHead.objects.filter(id=1).first()
+    if head and head.last_block_id and head.last_block.hash != prev:
+        problems.append("the ledger head does not point at the last block")
+    return problems

@@ -1,0 +1,107 @@
+"""Stored chains: encoding, and growing them along the attribute's epsilon grid (spec service.md 3).
+
+A chain is stored as two little-endian arrays (``Chain`` model): micro-epsilons
+(int64) and outputs (int16, ``width`` per step).  Growth is vectorized: rows
+are advanced one grid step at a time, and the rows that share the same
+(current head, next grid point) make one ``mechanisms.relax`` call, so a batch
+of n values costs one numpy pass per grid step, never a Python loop per value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from accounts.epsilon import MICRO, to_micro
+from mechanisms import chain as mechanisms_chain
+from mechanisms import relax
+
+from .models import Attribute
+
+OUT = np.dtype("<i2")
+EPS = np.dtype("<i8")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The attribute's grid in micro-epsilons: ``start + k * step <= stop``."""
+
+    start: int
+    step: int
+    stop: int
+
+    @classmethod
+    def of(cls, attribute: Attribute) -> "Grid":
+        return cls(to_micro(attribute.grid_start), to_micro(attribute.grid_step), to_micro(attribute.grid_stop))
+
+    def last_point_upto(self, limit: np.ndarray) -> np.ndarray:
+        """Largest grid point <= min(limit, stop); the first point when limit is below it."""
+        lim = np.minimum(np.asarray(limit, np.int64), self.stop)
+        k = np.maximum((lim - self.start) // self.step, 0)
+        return self.start + k * self.step
+
+    def next_point_after(self, eps: np.ndarray) -> np.ndarray:
+        eps = np.asarray(eps, np.int64)
+        k = np.where(eps >= self.start, (eps - self.start) // self.step + 1, 0)
+        return self.start + k * self.step
+
+
+def encode(eps_micro: np.ndarray, outputs: np.ndarray) -> tuple[bytes, bytes, bytes]:
+    """``(epsilons, outputs, head_output)`` blobs of one chain; outputs shape (L, width)."""
+    out = np.asarray(outputs).astype(OUT)
+    return np.asarray(eps_micro).astype(EPS).tobytes(), out.tobytes(), out[-1].tobytes()
+
+
+def decode(epsilons: bytes, outputs: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    eps = np.frombuffer(bytes(epsilons), dtype=EPS).astype(np.int64)
+    return eps, np.frombuffer(bytes(outputs), dtype=OUT).astype(np.int64).reshape(eps.size, width)
+
+
+def generate(inputs: np.ndarray, eps_micro: np.ndarray, m: int, rng=None) -> np.ndarray:
+    """Fresh chains through the given grid points: (n, L, width) outputs, one numpy pass per step."""
+    n, width = inputs.shape
+    rows = mechanisms_chain(inputs.reshape(-1), eps_micro / MICRO, m, rng)  # (n * width, L)
+    return rows.reshape(n, width, -1).transpose(0, 2, 1)
+
+
+@dataclass
+class Growth:
+    """New steps for a batch: ``eps[i, :count[i]]`` and ``out[i, :count[i]]`` append to row i."""
+
+    eps: np.ndarray  # (n, S) int64 micro-epsilons, -1 padding
+    out: np.ndarray  # (n, S, width) int64
+    count: np.ndarray  # (n,)
+
+
+def grow(inputs: np.ndarray, head: np.ndarray, head_output: np.ndarray, target: np.ndarray, grid: Grid, m: int,
+         rng=None) -> Growth:
+    """Advance every row from ``head`` along the grid up to ``target`` (a grid point, or <= head: no growth).
+
+    Each iteration moves every unfinished row to its next grid point; rows that
+    share a current head form one ``relax`` call (usually one group per step).
+    """
+    n, width = inputs.shape
+    cur = np.asarray(head, np.int64).copy()
+    last = np.asarray(head_output, np.int64).reshape(n, width).copy()
+    target = np.asarray(target, np.int64)
+    steps = np.maximum((target - cur + grid.step - 1) // grid.step, 0)  # an upper bound on the steps needed
+    S = int(steps.max()) if n else 0
+    eps = np.full((n, S), -1, dtype=np.int64)
+    out = np.zeros((n, S, width), dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    while True:
+        active = np.flatnonzero(cur < target)
+        if active.size == 0:
+            break
+        for h in np.unique(cur[active]):
+            rows = active[cur[active] == h]
+            to = int(grid.next_point_after(np.array([h]))[0])
+            new = relax(last[rows].reshape(-1), inputs[rows].reshape(-1), h / MICRO, to / MICRO, m, rng)
+            new = new.reshape(rows.size, width)
+            pos = count[rows]
+            eps[rows, pos] = to
+            out[rows, pos] = new
+            last[rows] = new
+            cur[rows] = to
+            count[rows] += 1
+    return Growth(eps=eps, out=out, count=count)

@@ -1,0 +1,94 @@
+"""Values at rest: a database dump alone reveals no raw value (spec quality.md).
+
+Two keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
+
+* the **raw value** an owner entered is a Fernet token (AES-128-CBC + HMAC),
+  opened only to show or export it to its owner;
+* the **mechanism input** (category index, discretized bit or Bloom bits) is
+  sealed so chain extension can open a whole batch in one call: each 16-byte
+  block ``owner_id (u32) | attribute_id (u32) | block index (u16) | 6 payload
+  bytes`` is encrypted with AES-256 as a single-block permutation.  Blocks are
+  unique (one value per owner and attribute), so equal plaintexts never occur
+  across values, and the 10 bytes of known redundancy authenticate each block:
+  a modified, swapped or forged block decrypts to a random block whose header
+  matches with probability 2**-80, and opening it fails.
+"""
+from __future__ import annotations
+
+import base64
+from functools import lru_cache
+
+import numpy as np
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+PAYLOAD = 6
+HEADER = np.dtype([("owner", "<u4"), ("attribute", "<u4"), ("index", "<u2"), ("payload", "u1", (PAYLOAD,))])
+assert HEADER.itemsize == 16
+
+
+class SealBroken(Exception):
+    """A sealed input that does not open: tampered with, moved between rows, or sealed under another key."""
+
+
+@lru_cache(maxsize=4)
+def _keys(secret: str) -> tuple[Fernet, bytes]:
+    material = HKDF(algorithm=hashes.SHA256(), length=64, salt=b"ldpmarket-values", info=b"v1").derive(
+        secret.encode())
+    return Fernet(base64.urlsafe_b64encode(material[:32])), material[32:]
+
+
+def seal_raw(raw: str) -> bytes:
+    return _keys(settings.LDP_VALUE_KEY)[0].encrypt(raw.encode())
+
+
+def open_raw(token: bytes) -> str:
+    try:
+        return _keys(settings.LDP_VALUE_KEY)[0].decrypt(bytes(token)).decode()
+    except InvalidToken:
+        raise SealBroken("the raw value does not open with this key") from None
+
+
+def _aes():
+    return Cipher(algorithms.AES(_keys(settings.LDP_VALUE_KEY)[1]), modes.ECB())
+
+
+def blocks_for(payload_bytes: int) -> int:
+    return -(-payload_bytes // PAYLOAD)
+
+
+def seal_inputs(owner_ids, attribute_ids, payload: np.ndarray) -> list[bytes]:
+    """Seal a (n, P) uint8 payload per value; returns one bytes object per value."""
+    payload = np.asarray(payload, dtype=np.uint8)
+    n, p = payload.shape
+    nb = blocks_for(p)
+    blocks = np.zeros((n, nb), dtype=HEADER)
+    blocks["owner"] = np.asarray(owner_ids, dtype=np.uint32)[:, None]
+    blocks["attribute"] = np.asarray(attribute_ids, dtype=np.uint32)[:, None]
+    blocks["index"] = np.arange(nb, dtype=np.uint16)[None, :]
+    padded = np.zeros((n, nb * PAYLOAD), dtype=np.uint8)
+    padded[:, :p] = payload
+    blocks["payload"] = padded.reshape(n, nb, PAYLOAD)
+    sealed = _aes().encryptor().update(blocks.tobytes())
+    row = nb * 16
+    return [sealed[i * row:(i + 1) * row] for i in range(n)]
+
+
+def open_inputs(sealed: list[bytes], owner_ids, attribute_ids, payload_bytes: int) -> np.ndarray:
+    """Open sealed inputs in one AES call; returns (n, payload_bytes) uint8 or raises SealBroken."""
+    n, nb = len(sealed), blocks_for(payload_bytes)
+    if n == 0:
+        return np.zeros((0, payload_bytes), dtype=np.uint8)
+    joined = b"".join(sealed)
+    if len(joined) != n * nb * 16:
+        raise SealBroken("a sealed input has the wrong length")
+    blocks = np.frombuffer(_aes().decryptor().update(joined), dtype=HEADER).reshape(n, nb)
+    ok = ((blocks["owner"] == np.asarray(owner_ids, dtype=np.uint32)[:, None])
+          & (blocks["attribute"] == np.asarray(attribute_ids, dtype=np.uint32)[:, None])
+          & (blocks["index"] == np.arange(nb, dtype=np.uint16)[None, :])).all(axis=1)
+    if not ok.all():
+        raise SealBroken(f"{int((~ok).sum())} sealed input(s) do not open (first at position {int(np.argmin(ok))})")
+    return blocks["payload"].reshape(n, nb * PAYLOAD)[:, :payload_bytes].copy()

@@ -1,0 +1,150 @@
+"""Market services: contributing values and growing their chains (spec service.md sections 1-3).
+
+Each service is one transaction; the ledger block is written in it; Celery
+work is enqueued only on commit.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.epsilon import from_micro, parse, to_micro
+from accounts.models import BudgetAccount, LedgerEntry, User
+from accounts.services import BudgetError, Schedule, event_rows
+
+from . import chains, domain, sealing
+from .models import Attribute, Chain, Value
+
+
+def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, ceiling=None,
+                       schedule: Schedule | None = None, now: datetime | None = None, rng=None) -> list[Value]:
+    """Contribute one value per owner to ``attribute`` under one ceiling policy, in one transaction.
+
+    Each value gets its sealed raw value and mechanism input, a budget account,
+    a chain from the grid start up to its ceiling (the first grid point at
+    least: pre-generation costs no privacy), and a ledger entry for its policy.
+    """
+    if (ceiling is None) == (schedule is None):
+        raise BudgetError("Give either a fixed ceiling or a schedule.")
+    if len(owners) != len(raws):
+        raise ValueError("owners and raws must have the same length")
+    if any(o.role != User.Role.OWNER for o in owners):
+        raise BudgetError("Only owners can contribute values.")
+    now = now or timezone.now()
+    current = parse(ceiling, name="ceiling") if schedule is None else schedule.ceiling_at(now)
+    inputs, payload, cohorts = domain.to_inputs(attribute, list(raws), rng)
+    owner_ids = np.array([o.id for o in owners], dtype=np.int64)
+    sealed_inputs = sealing.seal_inputs(owner_ids, np.full(len(owners), attribute.id), payload)
+    grid = chains.Grid.of(attribute)
+    top = int(grid.last_point_upto(np.array([to_micro(current)]))[0])
+    points = np.arange(grid.start, top + 1, grid.step, dtype=np.int64)
+    outputs = chains.generate(inputs, points, attribute.domain_size, rng)
+    policy = schedule.fields() if schedule else {}
+    with transaction.atomic():
+        values = Value.objects.bulk_create(
+            [Value(owner=o, attribute=attribute, raw_sealed=sealing.seal_raw(str(r)), input_sealed=s, cohort=int(c))
+             for o, r, s, c in zip(owners, raws, sealed_inputs, cohorts)], batch_size=2000)
+        budgets = BudgetAccount.objects.bulk_create(
+            [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
+        Chain.objects.bulk_create(
+            [Chain(value=v, **dict(zip(("epsilons", "outputs", "head_output"), chains.encode(points, outputs[i]))),
+                   length=points.size, head=from_micro(int(points[-1])))
+             for i, v in enumerate(values)], batch_size=2000)
+        ledger.append(event_rows(budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING))
+    return values
+
+
+def value_create(*, owner: User, attribute: Attribute, raw, ceiling=None, schedule: Schedule | None = None,
+                 rng=None) -> Value:
+    """Contribute one value (see ``values_create_many``)."""
+    if Value.objects.filter(owner=owner, attribute=attribute).exists():
+        raise BudgetError("You have already contributed a value to this attribute.")
+    return values_create_many(attribute=attribute, owners=[owner], raws=[raw], ceiling=ceiling, schedule=schedule,
+                              rng=rng)[0]
+
+
+def value_delete_raw(*, value_id: int) -> Value:
+    """Delete the raw value and the sealed input; the chain stays sellable up to its head."""
+    with transaction.atomic():
+        budget = BudgetAccount.objects.select_for_update().get(value_id=value_id)
+        value = Value.objects.select_for_update().get(id=value_id)
+        if value.raw_deleted_at is None:
+            value.raw_sealed = value.input_sealed = None
+            value.raw_deleted_at = timezone.now()
+            value.save(update_fields=["raw_sealed", "input_sealed", "raw_deleted_at"])
+            ledger.append(event_rows([budget], LedgerEntry.Kind.RAW_DELETED))
+    return value
+
+
+def _extendable(attribute: Attribute, value_ids=None):
+    qs = Chain.objects.filter(value__attribute=attribute, value__input_sealed__isnull=False,
+                              value__budget__ceiling__gt=F("head"), head__lt=attribute.grid_stop)
+    if value_ids is not None:
+        qs = qs.filter(value_id__in=list(value_ids))
+    return qs
+
+
+def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None = None, rng=None) -> int:
+    """Grow every chain of the attribute whose ceiling passed its next grid point; returns values extended.
+
+    Batches of ``batch_size`` values, each its own transaction: rows are locked
+    (``FOR UPDATE SKIP LOCKED``, so concurrent workers split the work), re-read,
+    advanced by ``chains.grow`` (one ``relax`` call per grid step) and written
+    back set-based.  Idempotent: a second run finds nothing to do.  A worker
+    killed mid-batch leaves that batch untouched (rolled back).
+    """
+    attribute = Attribute.objects.get(id=attribute_id)
+    batch_size = batch_size or settings.LDP_EXTENSION_BATCH
+    ids = list(_extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True))
+    grid = chains.Grid.of(attribute)
+    extended = 0
+    for start in range(0, len(ids), batch_size):
+        with transaction.atomic():
+            extended += _extend_batch(attribute, grid, ids[start:start + batch_size], rng)
+    return extended
+
+
+def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) -> int:
+    locked = (_extendable(attribute, ids).select_for_update(skip_locked=True, of=("self",))
+              .order_by("value_id"))
+    rows = list(locked.values_list("value_id", "value__owner_id", "value__input_sealed", "head", "head_output",
+                                   "value__budget__ceiling", "epsilons", "outputs", "length"))
+    if not rows:
+        return 0
+    value_ids, owner_ids, sealed, head, head_output, ceiling, eps_blobs, out_blobs, lengths = zip(*rows)
+    head = np.array([to_micro(h) for h in head], dtype=np.int64)
+    target = grid.last_point_upto(np.array([to_micro(c) for c in ceiling], dtype=np.int64))
+    payload = sealing.open_inputs([bytes(s) for s in sealed], owner_ids, [attribute.id] * len(rows),
+                                  domain.payload_bytes(attribute))
+    inputs = domain.from_payload(attribute, payload)
+    width = attribute.width
+    last = np.frombuffer(b"".join(bytes(h) for h in head_output), dtype=chains.OUT).reshape(len(rows), width)
+    growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng)
+    grown = np.flatnonzero(growth.count > 0)
+    if grown.size == 0:
+        return 0
+    _write_growth(attribute, [value_ids[i] for i in grown], [bytes(eps_blobs[i]) for i in grown],
+                  [bytes(out_blobs[i]) for i in grown], np.array(lengths)[grown], growth, grown)
+    return int(grown.size)
+
+
+def _write_growth(attribute, value_ids, eps_blobs, out_blobs, lengths, growth: chains.Growth, rows) -> None:
+    """Append each row's new steps to its chain (one executemany of full rows)."""
+    params = []
+    for j, i in enumerate(rows):
+        k = int(growth.count[i])
+        new_eps = growth.eps[i, :k].astype(chains.EPS)
+        new_out = growth.out[i, :k].astype(chains.OUT)
+        params.append((eps_blobs[j] + new_eps.tobytes(), out_blobs[j] + new_out.tobytes(), int(lengths[j]) + k,
+                       from_micro(int(new_eps[-1])), new_out[-1].tobytes(), timezone.now(), value_ids[j]))
+    table = Chain._meta.db_table
+    with connection.cursor() as cur:
+        cur.executemany(
+            f"UPDATE {table} SET epsilons = %s, outputs = %s, length = %s, head = %s, head_output = %s, "
+            f"updated_at = %s WHERE value_id = %s", params)
