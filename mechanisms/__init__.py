@@ -3,13 +3,16 @@
 Never imports Django.  Every function validates its input and raises
 ``ValueError`` with a readable message; every random draw comes from a
 cryptographically secure source unless a ``numpy.random.Generator`` is passed
-as ``rng``.  See spec gradual-release.md section 9 for the contract.
+as ``rng``.  See spec gradual-release.md section 9 for the contract; the
+submodules ``estimators``, ``numeric``, ``rappor`` and ``audit`` hold sections
+4 to 7.
 """
+from . import audit, estimators, numeric, rappor
 from .relaxation import (bridge, bridge_matrix, chain, relax, step_matrix, step_probabilities, tighten,
                          tighten_matrix)
 from .rr import flip_probability, keep_probability, perturb, rr_matrix
 
 __all__ = [
-    "bridge", "bridge_matrix", "chain", "flip_probability", "keep_probability", "perturb", "relax",
-    "rr_matrix", "step_matrix", "step_probabilities", "tighten", "tighten_matrix",
+    "audit", "bridge", "bridge_matrix", "chain", "estimators", "flip_probability", "keep_probability", "numeric",
+    "perturb", "rappor", "relax", "rr_matrix", "step_matrix", "step_probabilities", "tighten", "tighten_matrix",
 ]
