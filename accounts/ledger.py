@@ -29,7 +29,7 @@ GENESIS = "0" * 64
 KINDS = LedgerEntry.Kind.values
 SHAPES = ["", "linear", "steps"]
 ENTRY = np.dtype([
-    ("value", "<i8"), ("kind", "<i8"), ("epsilon", "<i8"), ("reference", "<i8"),
+    ("value", "<i8"), ("kind", "<i8"), ("epsilon", "<i8"), ("reference", "<i8"),  # reference: purchase id
     ("chain_before", "<i8"), ("chain_after", "<i8"), ("oneshot_before", "<i8"), ("oneshot_after", "<i8"),
     ("ceiling", "<i8"), ("sched_start", "<i8"), ("sched_cap", "<i8"), ("sched_start_at", "<i8"),
     ("sched_end_at", "<i8"), ("sched_shape", "<i8"), ("sched_steps", "<i8"),
@@ -96,6 +96,7 @@ def _entry_objects(block, created_at, rec):
     for i in range(rec.shape[0]):
         yield LedgerEntry(
             block=block, created_at=created_at, value_id=cols["value"][i], kind=KINDS[cols["kind"][i]],
+            purchase_id=None if cols["reference"][i] < 0 else cols["reference"][i],
             epsilon=_dec(cols["epsilon"][i]),
             chain_loss_before=from_micro(cols["chain_before"][i]), chain_loss_after=from_micro(cols["chain_after"][i]),
             oneshot_loss_before=from_micro(cols["oneshot_before"][i]),
@@ -112,16 +113,16 @@ def stored_records(block: LedgerBlock) -> np.ndarray:
     """The canonical records of a block's entries as stored now (for the audit's re-hash)."""
     from .epsilon import to_micro
 
-    fields = ["value_id", "kind", "epsilon", "chain_loss_before", "chain_loss_after", "oneshot_loss_before",
+    fields = ["value_id", "kind", "epsilon", "purchase_id", "chain_loss_before", "chain_loss_after", "oneshot_loss_before",
               "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at",
               "schedule_end_at", "schedule_shape", "schedule_steps"]
     rows = list(LedgerEntry.objects.filter(block=block).order_by("id").values_list(*fields))
     rec = Rows.empty(len(rows)).records
     m = lambda d: -1 if d is None else to_micro(d)  # noqa: E731
     for i, r in enumerate(rows):
-        rec[i] = (r[0], KINDS.index(r[1]), m(r[2]), -1, to_micro(r[3]), to_micro(r[4]), to_micro(r[5]),
-                  to_micro(r[6]), to_micro(r[7]), m(r[8]), m(r[9]), micros(r[10]), micros(r[11]),
-                  SHAPES.index(r[12]), -1 if r[13] is None else r[13])
+        rec[i] = (r[0], KINDS.index(r[1]), m(r[2]), -1 if r[3] is None else r[3], to_micro(r[4]), to_micro(r[5]),
+                  to_micro(r[6]), to_micro(r[7]), to_micro(r[8]), m(r[9]), m(r[10]), micros(r[11]), micros(r[12]),
+                  SHAPES.index(r[13]), -1 if r[14] is None else r[14])
     return rec
 
 

@@ -131,6 +131,8 @@ class LedgerEntry(models.Model):
 
     block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="entries")
     value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_entries")
+    purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="ledger_entries")
     kind = models.CharField(max_length=16, choices=Kind.choices)
     created_at = models.DateTimeField()
     epsilon = models.DecimalField(**EPS, null=True, blank=True)
@@ -200,6 +202,8 @@ class MoneyEntry(models.Model):
     """One movement of money; ``balance_after`` lets the audit replay every account."""
 
     account = models.ForeignKey(MoneyAccount, on_delete=models.PROTECT, related_name="entries")
+    purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="money_entries")
     amount = models.DecimalField(**MONEY)
     balance_after = models.DecimalField(**MONEY)
     memo = models.CharField(max_length=200, blank=True)

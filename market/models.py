@@ -137,3 +137,72 @@ class Chain(models.Model):
             models.CheckConstraint(condition=Exact(Length("outputs"), F("length") * Length("head_output")),
                                    name="chain_outputs_length"),
         ]
+
+
+class Purchase(models.Model):
+    """A buyer's purchase of one attribute at one epsilon (spec service.md section 4).
+
+    The row is created first (idempotency key claimed), then filled by one
+    transaction that releases every included value; a purchase is either
+    completed with all its releases, ledger entries and money movements, or
+    has none of them.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+
+    buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="purchases")
+    attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="purchases")
+    epsilon = models.DecimalField(**EPS)
+    cohort = models.PositiveSmallIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    idempotency_key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    candidates = models.PositiveIntegerField(default=0)
+    included = models.PositiveIntegerField(default=0)
+    excluded_ceiling = models.PositiveIntegerField(default=0)
+    excluded_paused = models.PositiveIntegerField(default=0)
+    excluded_withdrawn = models.PositiveIntegerField(default=0)
+    excluded_no_raw = models.PositiveIntegerField(default=0)
+    new_points = models.PositiveIntegerField(default=0)
+    price = models.DecimalField(max_digits=16, decimal_places=4, default=Decimal(0))
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["buyer", "idempotency_key"], name="purchase_idempotency_key_unique"),
+            models.CheckConstraint(condition=Q(epsilon__gt=0, epsilon__lte=700), name="purchase_epsilon_range"),
+            models.CheckConstraint(condition=Q(price__gte=0), name="purchase_price_nonnegative"),
+            models.CheckConstraint(condition=Q(included__lte=F("candidates")), name="purchase_counts_consistent"),
+        ]
+
+
+class PurchaseChunk(models.Model):
+    """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each)."""
+
+    purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    count = models.PositiveIntegerField()
+    value_ids = models.BinaryField()
+    outputs = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["purchase", "seq"], name="purchase_chunk_seq_unique")]
+
+
+class Holding(models.Model):
+    """The highest epsilon a buyer holds for a value: the basis of upgrade credit."""
+
+    buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="holdings")
+    value = models.ForeignKey(Value, on_delete=models.CASCADE, related_name="holdings")
+    epsilon = models.DecimalField(**EPS)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["buyer", "value"], name="holding_unique"),
+                       models.CheckConstraint(condition=Q(epsilon__gt=0), name="holding_epsilon_positive")]

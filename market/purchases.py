@@ -1,0 +1,322 @@
+"""Purchases: release every included value of an attribute at one epsilon, atomically (spec service.md 2-4).
+
+``purchase_claim`` claims the buyer's idempotency key (a replay with the same
+body returns the same purchase; a different body is a conflict).
+``purchase_execute`` then runs one transaction that
+
+1. locks, in one global order — the purchase row, budgets by value id, chains
+   by value id, money accounts by id, the ledger head last — so concurrent
+   purchases, budget changes and extensions never deadlock or interleave;
+2. includes a value only if it is not paused or withdrawn and
+   ``max(chain_loss, e) + oneshot_loss <= ceiling`` (rules 2, 3, 7), exactly,
+   in integer micro-epsilons;
+3. takes each value's output at e from its chain (stored, bridged, tightened
+   or extended: ``market.chainsets``), storing new points;
+4. prices it (upgrade credit from the buyer's holdings) and refuses the whole
+   purchase if the buyer's credit is short;
+5. writes set-based: chains, budgets (``chain_loss = max(chain_loss, e)``), one
+   ledger entry per released value, holdings, money movements and the outputs.
+
+Either all of it commits or none of it does (rule 6); the CHECK constraints
+(loss <= ceiling, balances >= 0) are the last line of defence.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import IntegrityError, transaction
+from django.db.models import BigIntegerField, F, Q
+from django.db.models.functions import Cast, Round
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.epsilon import MICRO, from_micro, parse, to_micro
+from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
+from ldpmarket import bulk
+
+from . import chainsets, domain, sealing
+from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
+from .pricing import PricePolicy, UNITS, units_to_decimal
+
+CHUNK = 10_000
+
+
+class PurchaseError(Exception):
+    status = 400
+    title = "Invalid purchase"
+
+
+class IdempotencyConflict(PurchaseError):
+    status = 409
+    title = "Idempotency key conflict"
+
+
+class InsufficientCredit(PurchaseError):
+    status = 402
+    title = "Insufficient credit"
+
+
+def micro(field: str):
+    """An exact micro-epsilon (or money-unit) integer computed in SQL from a NUMERIC column."""
+    return Cast(Round(F(field) * MICRO), BigIntegerField())
+
+
+def fingerprint(*, attribute_id: int, epsilon, cohort) -> str:
+    body = json.dumps({"attribute": attribute_id, "epsilon": str(epsilon), "cohort": cohort}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def purchase_claim(*, buyer: User, attribute: Attribute, epsilon, cohort: int | None,
+                   idempotency_key: str) -> tuple[Purchase, bool]:
+    """Claim ``idempotency_key`` for this request; returns (purchase, created)."""
+    if buyer.role != User.Role.BUYER:
+        raise PurchaseError("Only buyers can purchase.")
+    e = parse(epsilon, allow_zero=False)
+    digest = fingerprint(attribute_id=attribute.id, epsilon=e, cohort=cohort)
+    try:
+        with transaction.atomic():
+            return Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=e, cohort=cohort,
+                                           idempotency_key=idempotency_key, request_hash=digest), True
+    except IntegrityError:
+        existing = Purchase.objects.get(buyer=buyer, idempotency_key=idempotency_key)
+        if existing.request_hash != digest:
+            raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.") from None
+        return existing, False
+
+
+@dataclass
+class Candidates:
+    """The attribute's values (in value-id order) with their budgets, and which of them can be sold at e."""
+
+    value_ids: np.ndarray
+    owner_ids: np.ndarray
+    ceiling: np.ndarray
+    chain_loss: np.ndarray
+    oneshot_loss: np.ndarray
+    paused: np.ndarray
+    withdrawn: np.ndarray
+    over: np.ndarray  # max(chain_loss, e) + oneshot_loss > ceiling
+
+    @property
+    def eligible(self) -> np.ndarray:
+        return ~self.paused & ~self.withdrawn & ~self.over
+
+
+def _budgets(attribute: Attribute, cohort: int | None):
+    qs = BudgetAccount.objects.filter(value__attribute=attribute)
+    return qs.filter(value__cohort=cohort) if cohort is not None else qs
+
+
+def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: bool) -> Candidates:
+    qs = _budgets(attribute, cohort)
+    if lock:
+        qs = qs.select_for_update(of=("self",))
+    rows = list(qs.order_by("value_id").values_list(
+        "value_id", "value__owner_id", micro("ceiling"), micro("chain_loss"), micro("oneshot_loss"), "paused",
+        "value__withdrawn_at"))
+    n = len(rows)
+    cols = list(zip(*rows)) if n else [()] * 7
+    as_int = lambda c: np.fromiter(c, dtype=np.int64, count=n)  # noqa: E731
+    ceiling, chain_loss, oneshot = as_int(cols[2]), as_int(cols[3]), as_int(cols[4])
+    return Candidates(
+        value_ids=as_int(cols[0]), owner_ids=as_int(cols[1]), ceiling=ceiling, chain_loss=chain_loss,
+        oneshot_loss=oneshot, paused=np.fromiter(cols[5], dtype=bool, count=n),
+        withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n),
+        over=np.maximum(chain_loss, e_micro) + oneshot > ceiling)
+
+
+def purchase_execute(*, purchase_id: int, rng=None, progress=None) -> Purchase:
+    """Run a claimed purchase in one transaction (idempotent: a completed purchase is returned as it is)."""
+    with transaction.atomic():
+        purchase = Purchase.objects.select_for_update().select_related("attribute", "buyer").get(id=purchase_id)
+        if purchase.status == Purchase.Status.COMPLETED:
+            return purchase
+        attribute, buyer = purchase.attribute, purchase.buyer
+        e = to_micro(purchase.epsilon)
+        m, width = attribute.domain_size, attribute.width
+        cand = candidates(attribute, purchase.cohort, e, lock=True)
+        chain_rows = list(Chain.objects.select_for_update(of=("self",))
+                          .filter(value__in=Value.objects.filter(attribute=attribute, **(
+                              {"cohort": purchase.cohort} if purchase.cohort is not None else {})))
+                          .order_by("value_id").values_list("value_id", "epsilons", "outputs", "value__input_sealed"))
+        if [r[0] for r in chain_rows] != cand.value_ids.tolist():
+            raise PurchaseError("values and chains disagree; retry")  # a value was added between the two reads
+        elig = np.flatnonzero(cand.eligible)
+        chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
+                                               [bytes(chain_rows[i][2]) for i in elig], width)
+        inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
+        lookup, grown = chainsets.at(chains, e, m, inputs, rng)
+        if progress:
+            progress(len(elig))
+        ok = ~lookup.missing_input
+        inc = elig[ok]  # indices into cand of the released values
+        outputs = lookup.outputs[ok]
+
+        policy = PricePolicy.parse(attribute.price_policy)
+        held, holding_ids = _held(buyer, attribute, cand.value_ids[inc])
+        charge = policy.charge_units(e, held)
+        owner_share = policy.owner_units(charge)
+        total = int(charge.sum())
+        accounts = _lock_money(buyer, attribute, cand.owner_ids[inc][owner_share > 0])
+        buyer_acct = accounts[(buyer.id, MoneyAccount.Kind.BUYER_CREDIT)]
+        if to_units(buyer_acct.balance) < total:
+            raise InsufficientCredit(
+                f"This purchase costs {units_to_decimal(total)} but your credit is {buyer_acct.balance}.")
+
+        now = timezone.now()
+        _write_chains(attribute, cand.value_ids[elig][lookup.inserted], grown, lookup.inserted, now)
+        raised = inc[cand.chain_loss[inc] < e]
+        bulk.update_rows(BudgetAccount._meta.db_table, "value_id", ["chain_loss", "updated_at"],
+                         zip(cand.value_ids[raised].tolist(), [from_micro(e)] * raised.size, [now] * raised.size),
+                         types={"value_id": "bigint", "chain_loss": "numeric(12,6)", "updated_at": "timestamptz"})
+        if inc.size:
+            ledger.append(_release_rows(cand, inc, e, purchase.id))
+        _write_holdings(buyer, cand.value_ids[inc], held, holding_ids, e)
+        _move_money(purchase, accounts, buyer, cand.owner_ids[inc], charge, owner_share)
+        _write_chunks(purchase, cand.value_ids[inc], outputs)
+
+        purchase.candidates = int(cand.value_ids.size)
+        purchase.included = int(inc.size)
+        purchase.excluded_ceiling = int((cand.over & ~cand.paused & ~cand.withdrawn).sum())
+        purchase.excluded_paused = int((cand.paused & ~cand.withdrawn).sum())
+        purchase.excluded_withdrawn = int(cand.withdrawn.sum())
+        purchase.excluded_no_raw = int(lookup.missing_input.sum())
+        purchase.new_points = int(lookup.inserted.sum())
+        purchase.price = units_to_decimal(total)
+        purchase.status = Purchase.Status.COMPLETED
+        purchase.completed_at = now
+        purchase.error = ""
+        purchase.save()
+    return purchase
+
+
+def purchase_fail(*, purchase_id: int, error: str) -> None:
+    """Record why a purchase could not run (nothing else was written: its transaction rolled back)."""
+    Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
+        status=Purchase.Status.FAILED, error=error[:2000])
+
+
+def to_units(amount) -> int:
+    return int(amount * UNITS)
+
+
+def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.ndarray | None:
+    """True inputs (opened in one call) for the rows whose head is below e; -1 where the raw value is gone."""
+    need = np.flatnonzero(chains.head() < e)
+    if need.size == 0:
+        return None
+    inputs = np.full((elig.size, attribute.width), -1, dtype=np.int64)
+    sealed = [chain_rows[elig[i]][3] for i in need]
+    have = np.array([s is not None for s in sealed], dtype=bool)
+    rows = need[have]
+    if rows.size:
+        payload = sealing.open_inputs([bytes(s) for s in sealed if s is not None], cand.owner_ids[elig][rows],
+                                      [attribute.id] * rows.size, domain.payload_bytes(attribute))
+        inputs[rows] = domain.from_payload(attribute, payload)
+    return inputs
+
+
+def _held(buyer, attribute, value_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The buyer's held epsilon (micro, 0 when none) and holding row id (-1) for each value."""
+    rows = list(Holding.objects.filter(buyer=buyer, value__attribute=attribute).order_by("value_id")
+                .values_list("value_id", micro("epsilon"), "id"))
+    held = np.zeros(value_ids.size, dtype=np.int64)
+    holding_ids = np.full(value_ids.size, -1, dtype=np.int64)
+    if rows:
+        ids, eps, hid = (np.array(c, dtype=np.int64) for c in zip(*rows))
+        pos = np.clip(np.searchsorted(ids, value_ids), 0, ids.size - 1)
+        hit = ids[pos] == value_ids
+        held[hit], holding_ids[hit] = eps[pos[hit]], hid[pos[hit]]
+    return held, holding_ids
+
+
+def _lock_money(buyer, attribute, owner_ids: np.ndarray) -> dict:
+    """Ensure and lock (in id order) the buyer's credit, the paid owners' earnings and the platform account."""
+    owners = np.unique(owner_ids).tolist()
+    MoneyAccount.objects.bulk_create(
+        [MoneyAccount(user_id=o, kind=MoneyAccount.Kind.OWNER_EARNINGS) for o in owners]
+        + [MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT),
+           MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM)], ignore_conflicts=True)
+    owners_of_attribute = Value.objects.filter(attribute=attribute).values("owner_id")
+    locked = (MoneyAccount.objects.select_for_update()
+              .filter(Q(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
+                      | Q(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
+                      | Q(kind=MoneyAccount.Kind.OWNER_EARNINGS, user__in=owners_of_attribute))
+              .order_by("id"))
+    return {(a.user_id, a.kind): a for a in locked}
+
+
+def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.ndarray, now) -> None:
+    rows = np.flatnonzero(inserted)
+    if rows.size == 0:
+        return
+    eps_blobs, out_blobs = grown.blobs()
+    heads, head_out = grown.head(), grown.head_output().astype("<i2")
+    lengths = grown.lengths
+    bulk.update_rows(
+        Chain._meta.db_table, "value_id", ["epsilons", "outputs", "length", "head", "head_output", "updated_at"],
+        ((int(v), eps_blobs[i], out_blobs[i], int(lengths[i]), from_micro(int(heads[i])), head_out[i].tobytes(), now)
+         for v, i in zip(value_ids.tolist(), rows.tolist())),
+        types={"value_id": "bigint", "epsilons": "bytea", "outputs": "bytea", "length": "integer",
+               "head": "numeric(12,6)", "head_output": "bytea", "updated_at": "timestamptz"})
+
+
+def _release_rows(cand: Candidates, inc: np.ndarray, e: int, purchase_id: int) -> ledger.Rows:
+    rows = ledger.Rows.empty(inc.size)
+    rec = rows.records
+    rec["value"] = cand.value_ids[inc]
+    rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.CHAIN_RELEASE)
+    rec["epsilon"] = e
+    rec["reference"] = purchase_id
+    rec["chain_before"] = cand.chain_loss[inc]
+    rec["chain_after"] = np.maximum(cand.chain_loss[inc], e)
+    rec["oneshot_before"] = rec["oneshot_after"] = cand.oneshot_loss[inc]
+    rec["ceiling"] = cand.ceiling[inc]
+    return rows
+
+
+def _write_holdings(buyer, value_ids: np.ndarray, held: np.ndarray, holding_ids: np.ndarray, e: int) -> None:
+    """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
+    up = holding_ids[(held > 0) & (held < e)]
+    bulk.update_rows(Holding._meta.db_table, "id", ["epsilon"], ((int(i), from_micro(e)) for i in up),
+                     types={"id": "bigint", "epsilon": "numeric(12,6)"})
+    new = value_ids[held == 0]
+    bulk.insert_rows(Holding._meta.db_table, ["buyer_id", "value_id", "epsilon"],
+                     zip([buyer.id] * new.size, new.tolist(), [from_micro(e)] * new.size))
+
+
+def _move_money(purchase, accounts, buyer, owner_ids, charge, owner_share) -> None:
+    total = int(charge.sum())
+    if total == 0:
+        return
+    fee = total - int(owner_share.sum())
+    owners, per_owner = np.unique(owner_ids[owner_share > 0], return_inverse=True)
+    amounts = np.bincount(per_owner, weights=owner_share[owner_share > 0], minlength=owners.size).astype(np.int64)
+    moves = [(accounts[(buyer.id, MoneyAccount.Kind.BUYER_CREDIT)], -total, "purchase"),
+             (accounts[(None, MoneyAccount.Kind.PLATFORM)], fee, "platform fee")]
+    moves += [(accounts[(int(o), MoneyAccount.Kind.OWNER_EARNINGS)], int(a), "share of a sale")
+              for o, a in zip(owners.tolist(), amounts.tolist())]
+    now = timezone.now()
+    entries, updates = [], []
+    for account, amount, memo in moves:
+        if amount == 0:
+            continue
+        account.balance = units_to_decimal(to_units(account.balance) + amount)
+        updates.append((account.id, account.balance))
+        entries.append((account.id, purchase.id, units_to_decimal(amount), account.balance, memo, now))
+    bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], updates,
+                     types={"id": "bigint", "balance": "numeric(16,4)"})
+    bulk.insert_rows(MoneyEntry._meta.db_table,
+                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "created_at"], entries)
+
+
+def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:
+    PurchaseChunk.objects.filter(purchase=purchase).delete()
+    PurchaseChunk.objects.bulk_create([
+        PurchaseChunk(purchase=purchase, seq=k, count=min(CHUNK, value_ids.size - s),
+                      value_ids=value_ids[s:s + CHUNK].astype("<i8").tobytes(),
+                      outputs=outputs[s:s + CHUNK].astype("<i2").tobytes())
+        for k, s in enumerate(range(0, value_ids.size, CHUNK))])
