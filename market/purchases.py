@@ -131,7 +131,7 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
 def purchase_execute(*, purchase_id: int, rng=None, progress=None) -> Purchase:
     """Run a claimed purchase in one transaction (idempotent: a completed purchase is returned as it is)."""
     with transaction.atomic():
-        purchase = Purchase.objects.select_for_update().select_related("attribute", "buyer").get(id=purchase_id)
+        purchase = Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer").get(id=purchase_id)
         if purchase.status == Purchase.Status.COMPLETED:
             return purchase
         attribute, buyer = purchase.attribute, purchase.buyer

@@ -10,7 +10,7 @@ TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry"]
 FORWARD = """
 CREATE OR REPLACE FUNCTION ldp_append_only() RETURNS trigger AS $$
 BEGIN
-    RAISE EXCEPTION 'the % table is append-only', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
+    RAISE EXCEPTION 'the %% table is append-only', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
 END;
 $$ LANGUAGE plpgsql;
 """ + "".join(
