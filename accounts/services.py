@@ -166,7 +166,10 @@ def schedules_advance(*, now: datetime | None = None) -> int:
                                 end_at=g["schedule_end_at"], shape=g["schedule_shape"], steps=g["schedule_steps"])
             ceiling = schedule.ceiling_at(now)
             match = BudgetAccount.objects.filter(**{k: g[k] for k in SCHEDULE_KEY}, ceiling__lt=ceiling)
-            attributes = list(match.values_list("value__attribute_id", flat=True).distinct().order_by())
+            # Lock in value-id order, the order purchases use, before updating: no deadlock between them.
+            locked = list(match.select_for_update(of=("self",)).order_by("value_id")
+                          .values_list("value_id", "value__attribute_id"))
+            attributes = sorted({a for _, a in locked})
             count = match.update(ceiling=ceiling, updated_at=now)
             if count:
                 raised += count

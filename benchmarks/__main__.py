@@ -17,6 +17,7 @@ import traceback
 #: (planned: "e2_database", "e3_purchase", "e4_api", "paper_experiments").
 BENCHMARKS: list[str] = [
     "e1_engine",
+    "paper_experiments",
 ]
 
 

@@ -7,7 +7,16 @@ statements, never a statement per row.
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import connection
+
+
+def _adapt(rows):
+    """Values as Django would store them on a non-PostgreSQL backend (datetimes, decimals)."""
+    ops = connection.ops
+    for row in rows:
+        yield tuple(ops.adapt_datetimefield_value(v) if isinstance(v, datetime) else v for v in row)
 
 
 def insert_rows(table: str, columns: list[str], rows) -> None:
@@ -22,7 +31,7 @@ def insert_rows(table: str, columns: list[str], rows) -> None:
                     copy.write_row(row)
         else:
             marks = ", ".join(["%s"] * len(columns))
-            cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", rows)
+            cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", list(_adapt(rows)))
 
 
 def update_rows(table: str, key: str, columns: list[str], rows, *, types: dict[str, str]) -> None:
@@ -47,4 +56,4 @@ def update_rows(table: str, key: str, columns: list[str], rows, *, types: dict[s
             cur.execute(f"DROP TABLE {tmp}")
         else:
             sets = ", ".join(f"{c} = %s" for c in columns)
-            cur.executemany(f"UPDATE {table} SET {sets} WHERE {key} = %s", [(*r[1:], r[0]) for r in rows])
+            cur.executemany(f"UPDATE {table} SET {sets} WHERE {key} = %s", list(_adapt((*r[1:], r[0]) for r in rows)))
