@@ -4,7 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: venv test bench clean
+# make run: the embedded set-up (SQLite file db.sqlite3, Celery tasks in-process). Shell variables that would
+# point it elsewhere are dropped: the service it starts runs no Celery worker. For PostgreSQL, Redis, workers
+# and beat use docker-compose.yml.
+RUN_ADDR ?= 127.0.0.1:8000
+RUN_ENV  := env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL -u CELERY_RESULT_BACKEND -u CELERY_TASK_ALWAYS_EAGER
+
+.PHONY: venv run test bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,6 +19,25 @@ $(STAMP): requirements.txt requirements-dev.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
+
+## make run: venv, .env with fresh keys (first time only), migrate, static files, demo data, then the server
+run: venv .env
+	@echo "==> migrating the database (db.sqlite3)"
+	@$(RUN_ENV) $(PY) manage.py migrate --noinput -v0
+	@$(RUN_ENV) $(PY) manage.py collectstatic --noinput -v0
+	@echo "==> loading the demo data (idempotent)"
+	@$(RUN_ENV) $(PY) manage.py load_demo --base-url http://$(RUN_ADDR)
+	@echo
+	@echo "==> starting http://$(RUN_ADDR)/ (Ctrl-C stops it)"
+	@$(RUN_ENV) $(PY) manage.py runserver $(RUN_ADDR)
+
+# Written once, never overwritten: LDP_VALUE_KEY decrypts the stored values and LDP_PSEUDONYM_KEY fixes the
+# buyers' pseudonyms, so replacing them would make the existing database unreadable.
+.env:
+	@umask 077 && set -C && $(PYTHON) -c 'import secrets; t = secrets.token_urlsafe; print("\n".join([ \
+	  "# Written by make run: keep it secret and never change the keys (they decrypt the stored values).", \
+	  "DJANGO_DEBUG=1", "DJANGO_SECRET_KEY=" + t(50), "LDP_VALUE_KEY=" + t(32), "LDP_PSEUDONYM_KEY=" + t(32)]))' > $@
+	@echo "==> wrote $@ with fresh keys"
 
 ## make test: the whole suite (set DATABASE_URL / REDIS_URL to run it on PostgreSQL and Redis)
 test: venv

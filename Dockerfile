@@ -1,0 +1,27 @@
+# The ldpmarket image: one image for web (gunicorn), worker and beat (docker-compose.yml picks the command).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DJANGO_SETTINGS_MODULE=ldpmarket.settings
+
+WORKDIR /app
+
+# Dependencies first, so code changes do not reinstall them (every runtime dependency ships wheels).
+COPY requirements.txt .
+RUN pip install -r requirements.txt
+
+COPY . .
+
+# Static files for whitenoise. collectstatic needs settings to load but touches no database and no key
+# material, so throw-away values suffice here; the real keys come from the environment at run time.
+RUN DJANGO_SECRET_KEY=collectstatic LDP_VALUE_KEY=collectstatic LDP_PSEUDONYM_KEY=collectstatic \
+    python manage.py collectstatic --noinput -v0
+
+RUN useradd --create-home --uid 10001 ldpmarket
+USER ldpmarket
+
+EXPOSE 8000
+CMD ["gunicorn", "ldpmarket.wsgi:application", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]

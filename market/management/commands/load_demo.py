@@ -1,0 +1,230 @@
+"""``python manage.py load_demo``: the paper's two experiments as datasets (spec gradual-release.md section 8).
+
+* "Binary experiment": one binary attribute, 1000 values (600 ones, 400 zeros),
+  a fixed ceiling of 1.0 so the paper's whole path eps_ns(1..10) (eps_alpha = 1,
+  eps_beta = 0.5, which stays below eps_alpha = 1) is sellable at once.
+* "Categorical experiment": one categorical attribute over "1".."5" with
+  100/200/300/400/500 values, on a release schedule growing linearly from 0.1
+  now to 1.0 in 30 days (Celery beat, or ``manage.py advance_schedules``,
+  raises the ceilings; workers extend the chains).
+
+Every value has its own owner (``demo-b-0001``..., ``demo-c-0001``..., with
+unusable passwords), except one value of each dataset, which belongs to
+``demo-owner`` so the owner portal has something to show.  ``demo-buyer`` gets
+1000 of credit.  Idempotent: a dataset whose title exists and users whose
+usernames exist are left as they are, and the summary is read from the
+database, so a second run creates nothing and prints the same summary.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.contrib.auth.hashers import make_password
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import MoneyAccount, MoneyEntry, User
+from accounts.services import Schedule
+from market import domain, sealing
+from market.models import Attribute, Dataset, Value
+from market.pricing import PricePolicy
+from market.services import values_create_many
+
+BUYER = "demo-buyer"
+BUYER_PASSWORD = "demo-buyer-password"
+BUYER_ORGANISATION = "Demo Analytics"
+BUYER_CREDIT = Decimal("1000")
+OWNER = "demo-owner"
+OWNER_PASSWORD = "demo-owner-password"
+BASE_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    title: str
+    description: str
+    attribute: str
+    kind: str
+    labels: list[str]
+    counts: dict[str, int]  # label -> number of values, in label order
+    owner_prefix: str
+    demo_owner_label: str  # the label of demo-owner's value (one of the counted values)
+    ceiling: Decimal | None = None  # fixed ceiling, or
+    schedule: tuple[Decimal, Decimal, timedelta] | None = None  # (start, cap, duration), linear from now
+    grid: tuple[Decimal, Decimal, Decimal] = (Decimal("0.1"), Decimal("0.1"), Decimal("2.0"))
+
+
+EXPERIMENTS = [
+    Experiment(
+        title="Binary experiment",
+        description=("The paper's binary experiment: 1000 owners answer a yes/no question (600 ones, 400 zeros). "
+                     "Ceiling 1.0 covers the RAPPOR noisy-sampling path eps_ns(1..10) with eps_alpha = 1, "
+                     "eps_beta = 0.5."),
+        attribute="answer", kind=Attribute.Kind.BINARY, labels=["0", "1"], counts={"0": 400, "1": 600},
+        owner_prefix="demo-b-", demo_owner_label="1", ceiling=Decimal("1.0")),
+    Experiment(
+        title="Categorical experiment",
+        description=("The paper's categorical experiment: 1500 owners over five categories "
+                     "(100, 200, 300, 400, 500 of categories 1..5); budgets grow linearly from 0.1 to 1.0 "
+                     "over 30 days."),
+        attribute="category", kind=Attribute.Kind.CATEGORICAL, labels=["1", "2", "3", "4", "5"],
+        counts={"1": 100, "2": 200, "3": 300, "4": 400, "5": 500},
+        owner_prefix="demo-c-", demo_owner_label="3",
+        schedule=(Decimal("0.1"), Decimal("1.0"), timedelta(days=30))),
+]
+
+
+def _user(username: str, password: str, **fields) -> User:
+    """Get or create a demo user; an existing one is left exactly as it is (idempotence)."""
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        user = User(username=username, **fields)
+        user.set_password(password)
+        user.save()
+    return user
+
+
+def demo_users() -> tuple[User, User]:
+    """demo-buyer (with 1000 of credit, one account and its ledger entry in one transaction) and demo-owner."""
+    with transaction.atomic():
+        buyer = _user(BUYER, BUYER_PASSWORD, role=User.Role.BUYER, organisation=BUYER_ORGANISATION,
+                      email="demo-buyer@example.org")
+        owner = _user(OWNER, OWNER_PASSWORD, role=User.Role.OWNER, email="demo-owner@example.org")
+        if not MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT).exists():
+            # TODO(lead): replace with the money service (credit top-up) once it exists.
+            account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT,
+                                                  balance=BUYER_CREDIT)
+            MoneyEntry.objects.create(account=account, amount=BUYER_CREDIT, balance_after=BUYER_CREDIT,
+                                      memo="Demo credit (load_demo)")
+    return buyer, owner
+
+
+def _owners(experiment: Experiment, demo_owner: User, n: int) -> list[User]:
+    """demo-owner first, then one owner per remaining value (created in bulk, missing ones only)."""
+    names = [f"{experiment.owner_prefix}{i:04d}" for i in range(1, n)]
+    existing = {u.username: u for u in User.objects.filter(username__in=names)}
+    missing = [User(username=name, role=User.Role.OWNER, password=make_password(None))
+               for name in names if name not in existing]
+    for user in User.objects.bulk_create(missing, batch_size=2000):
+        existing[user.username] = user
+    return [demo_owner] + [existing[name] for name in names]
+
+
+def create_experiment(experiment: Experiment, demo_owner: User, now=None) -> bool:
+    """Create the dataset, its attribute, owners and values in one transaction; False if it already exists."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        if Dataset.objects.filter(title=experiment.title).exists():
+            return False
+        dataset = Dataset.objects.create(title=experiment.title, description=experiment.description)
+        start, step, stop = experiment.grid
+        attribute = Attribute.objects.create(
+            dataset=dataset, name=experiment.attribute, kind=experiment.kind, labels=experiment.labels,
+            grid_start=start, grid_step=step, grid_stop=stop, price_policy=PricePolicy.parse(None).as_json())
+        raws = [experiment.demo_owner_label]
+        remaining = Counter(experiment.counts)
+        remaining[experiment.demo_owner_label] -= 1
+        for label in experiment.labels:
+            raws += [label] * remaining[label]
+        owners = _owners(experiment, demo_owner, len(raws))
+        if experiment.schedule:
+            s_start, s_cap, duration = experiment.schedule
+            at = now.replace(microsecond=0)
+            policy = {"schedule": Schedule(start=s_start, cap=s_cap, start_at=at, end_at=at + duration)}
+        else:
+            policy = {"ceiling": experiment.ceiling}
+        values_create_many(attribute=attribute, owners=owners, raws=raws, now=now, **policy)
+    return True
+
+
+def label_counts(attribute: Attribute) -> dict[str, int] | None:
+    """Values per label, opened from the sealed mechanism inputs (None if they do not open with this key)."""
+    rows = list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False).order_by("id")
+                .values_list("owner_id", "input_sealed"))
+    if not rows:
+        return {}
+    owner_ids, sealed = zip(*rows)
+    try:
+        payload = sealing.open_inputs([bytes(s) for s in sealed], owner_ids, [attribute.id] * len(rows),
+                                      domain.payload_bytes(attribute))
+    except sealing.SealBroken:
+        return None
+    inputs = domain.from_payload(attribute, payload).reshape(-1)
+    labels = domain.labels_of(attribute)
+    counts = Counter(int(i) for i in inputs)
+    return {label: counts.get(i, 0) for i, label in enumerate(labels)}
+
+
+def _eps(d: Decimal) -> str:
+    """An epsilon as written by people: 0.1, 1.0, 2.5 (at least one decimal, no trailing zeros)."""
+    text = f"{d:.6f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def summary(base_url: str = BASE_URL) -> list[str]:
+    lines = ["ldpmarket demo data", "", "Datasets:"]
+    for experiment in EXPERIMENTS:
+        dataset = Dataset.objects.filter(title=experiment.title).first()
+        if dataset is None:
+            lines.append(f"  {experiment.title}: missing")
+            continue
+        for attribute in dataset.attributes.order_by("id"):
+            values = attribute.values.select_related("budget")
+            first = values.order_by("id").first()
+            counts = label_counts(attribute)
+            per_label = ("sealed under another LDP_VALUE_KEY" if counts is None
+                         else ", ".join(f"{k}: {v}" for k, v in counts.items()))
+            lines.append(f"  {dataset.title} / {attribute.name} ({attribute.kind}): {values.count()} values "
+                         f"({per_label})")
+            lines.append(f"    epsilon grid {_eps(attribute.grid_start)} to {_eps(attribute.grid_stop)} "
+                         f"step {_eps(attribute.grid_step)}")
+            policy = PricePolicy.parse(attribute.price_policy)
+            lines.append(f"    price per value: {policy.price(Decimal('0.5'))} at epsilon 0.5, "
+                         f"{policy.price(Decimal('1'))} at 1.0 (owners get {policy.owner_share:.0%})")
+            if first is not None:
+                b = first.budget
+                if b.scheduled:
+                    lines.append(f"    schedule: {b.schedule_shape} from {_eps(b.schedule_start)} at "
+                                 f"{b.schedule_start_at:%Y-%m-%d %H:%M} UTC to {_eps(b.schedule_cap)} at "
+                                 f"{b.schedule_end_at:%Y-%m-%d %H:%M} UTC")
+                else:
+                    lines.append(f"    fixed ceiling {_eps(b.ceiling)}")
+    buyer = User.objects.filter(username=BUYER).first()
+    credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
+              .values_list("balance", flat=True).first() if buyer else None)
+    owner_values = Value.objects.filter(owner__username=OWNER).count()
+    credit_text = "no credit account" if credit is None else f"credit {credit:.2f}"
+    lines += [
+        "",
+        "Demo users:",
+        f"  buyer  {BUYER} / {BUYER_PASSWORD}  (organisation {BUYER_ORGANISATION!r}, {credit_text})",
+        f"  owner  {OWNER} / {OWNER_PASSWORD}  (owns {owner_values} values, one in each dataset)",
+        "",
+        "URLs:",
+        f"  {base_url}/admin/    admin console (staff: create one with `manage.py createsuperuser`)",
+        f"  {base_url}/health/   liveness",
+        f"  {base_url}/api/v1/   buyer REST API (coming)",
+        f"  {base_url}/portal/   owner portal (coming)",
+    ]
+    return lines
+
+
+class Command(BaseCommand):
+    help = ("Load the paper's two experiments (binary 600/400, categorical 100..500) with their owners, "
+            "demo-owner and demo-buyer. Idempotent.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--base-url", default=BASE_URL,
+                            help=f"where the service will answer, for the printed URLs (default {BASE_URL})")
+
+    def handle(self, *args, **options):
+        _, owner = demo_users()
+        for experiment in EXPERIMENTS:
+            created = create_experiment(experiment, owner)
+            if options["verbosity"] > 1:
+                self.stderr.write(f"{experiment.title}: {'created' if created else 'already present'}")
+        self.stdout.write("\n".join(summary(options["base_url"].rstrip("/"))))

@@ -1,0 +1,191 @@
+"""``manage.py load_demo``: the paper's two experiments (spec gradual-release.md section 8, service.md section 7)."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import numpy as np
+import pytest
+import time_machine
+from django.contrib.auth import authenticate
+from django.core.management import call_command
+from django.utils import timezone
+
+from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
+from accounts.services import schedules_advance
+from market import chains, sealing
+from market.models import Attribute, Chain, Dataset, Value
+
+pytestmark = pytest.mark.django_db
+
+BINARY = {"0": 400, "1": 600}
+CATEGORICAL = {"1": 100, "2": 200, "3": 300, "4": 400, "5": 500}
+
+
+def load() -> str:
+    out = StringIO()
+    call_command("load_demo", stdout=out)
+    return out.getvalue()
+
+
+def attribute(title: str) -> Attribute:
+    return Attribute.objects.get(dataset__title=title)
+
+
+def raw_counts(attr: Attribute) -> Counter:
+    return Counter(sealing.open_raw(v) for v in attr.values.values_list("raw_sealed", flat=True))
+
+
+def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:
+    """Privacy after k noisy samplings, spec gradual-release.md section 6, Eq. (65)."""
+    ea, eb = math.exp(eps_alpha), math.exp(eps_beta) ** k
+    return math.log((ea * eb + 1) / (ea + eb))
+
+
+def snapshot() -> dict[str, int]:
+    return {model.__name__: model.objects.count() for model in
+            (User, Dataset, Attribute, Value, Chain, BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry)}
+
+
+def test_the_papers_counts():
+    load()
+    binary, categorical = attribute("Binary experiment"), attribute("Categorical experiment")
+    assert (binary.kind, binary.labels) == ("binary", ["0", "1"])
+    assert (categorical.kind, categorical.labels) == ("categorical", ["1", "2", "3", "4", "5"])
+    assert binary.values.count() == 1000 and categorical.values.count() == 1500
+    # the raw values as their owners entered them, and the sealed mechanism inputs the chains run on
+    assert raw_counts(binary) == BINARY
+    assert raw_counts(categorical) == CATEGORICAL
+    from market.management.commands.load_demo import label_counts
+
+    assert label_counts(binary) == BINARY
+    assert label_counts(categorical) == CATEGORICAL
+
+
+def test_every_value_has_its_own_owner_and_demo_owner_has_one_in_each():
+    load()
+    demo_owner = User.objects.get(username="demo-owner")
+    for title, prefix, n in (("Binary experiment", "demo-b-", 1000), ("Categorical experiment", "demo-c-", 1500)):
+        values = Value.objects.filter(attribute__dataset__title=title).select_related("owner")
+        owners = [v.owner for v in values]
+        assert len({o.id for o in owners}) == n
+        assert all(o.role == User.Role.OWNER for o in owners)
+        assert sum(o.id == demo_owner.id for o in owners) == 1
+        numbered = [o for o in owners if o.id != demo_owner.id]
+        assert all(o.username.startswith(prefix) and not o.has_usable_password() for o in numbered)
+
+
+def test_demo_users_log_in_with_their_roles_and_the_buyer_has_credit():
+    load()
+    buyer = authenticate(username="demo-buyer", password="demo-buyer-password")
+    owner = authenticate(username="demo-owner", password="demo-owner-password")
+    assert buyer is not None and owner is not None
+    assert (buyer.role, buyer.organisation) == (User.Role.BUYER, "Demo Analytics")
+    assert owner.role == User.Role.OWNER
+    assert authenticate(username="demo-buyer", password="wrong") is None
+    account = MoneyAccount.objects.get(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    assert account.balance == Decimal("1000")
+    entries = list(account.entries.all())
+    assert [(e.amount, e.balance_after) for e in entries] == [(Decimal("1000"), Decimal("1000"))]
+    assert not buyer.values.exists()
+
+
+def test_budgets_chains_and_ledger_for_every_value():
+    before = timezone.now().replace(microsecond=0)
+    load()
+    binary, categorical = attribute("Binary experiment"), attribute("Categorical experiment")
+
+    # binary: a fixed ceiling of 1.0 covers the paper's path eps_ns(1..10) with eps_alpha = 1, eps_beta = 0.5
+    path = [eps_ns(k, 1.0, 0.5) for k in range(1, 11)]
+    assert all(a < b for a, b in zip(path, path[1:])) and path[-1] < 1.0
+    budgets = BudgetAccount.objects.filter(value__attribute=binary)
+    assert budgets.count() == 1000
+    assert set(budgets.values_list("ceiling", "chain_loss", "oneshot_loss", "schedule_shape")) == {
+        (Decimal("1"), Decimal("0"), Decimal("0"), "")}
+    assert float(budgets.first().ceiling) >= max(path)
+
+    # categorical: linear from 0.1 now to 1.0 in 30 days
+    budgets = BudgetAccount.objects.filter(value__attribute=categorical)
+    assert budgets.count() == 1500
+    schedules = set(budgets.values_list("ceiling", "schedule_shape", "schedule_start", "schedule_cap",
+                                        "schedule_start_at", "schedule_end_at"))
+    assert len(schedules) == 1
+    ceiling, shape, start, cap, start_at, end_at = schedules.pop()
+    assert (ceiling, shape, start, cap) == (Decimal("0.1"), "linear", Decimal("0.1"), Decimal("1"))
+    assert start_at >= before and end_at - start_at == timedelta(days=30)
+
+    # chains: from the grid start up to each ceiling, outputs inside the domain
+    grid = np.arange(1, 11) * 100_000
+    for attr, points, m in ((binary, grid, 2), (categorical, grid[:1], 5)):
+        rows = Chain.objects.filter(value__attribute=attr).values_list("epsilons", "outputs", "head", "length")
+        assert len(rows) == attr.values.count()
+        for eps_blob, out_blob, head, length in rows:
+            eps, out = chains.decode(eps_blob, out_blob, 1)
+            assert np.array_equal(eps, points) and length == points.size
+            assert head == Decimal(int(points[-1])) / 1_000_000
+            assert out.min() >= 0 and out.max() < m
+
+    # one ledger entry per value recording its policy, nothing released
+    kinds = Counter(LedgerEntry.objects.values_list("value__attribute__dataset__title", "kind"))
+    assert kinds == {("Binary experiment", "ceiling"): 1000, ("Categorical experiment", "schedule"): 1500}
+
+
+def test_idempotent():
+    first = load()
+    counts = snapshot()
+    second = load()
+    assert snapshot() == counts
+    assert second == first
+    assert counts["Value"] == 2500 and counts["Dataset"] == 2
+    for needle in ("Binary experiment", "Categorical experiment", "0: 400, 1: 600",
+                   "1: 100, 2: 200, 3: 300, 4: 400, 5: 500", "demo-buyer / demo-buyer-password",
+                   "demo-owner / demo-owner-password", "http://127.0.0.1:8000/admin/", "/api/v1/", "/portal/"):
+        assert needle in first, needle
+
+
+def test_existing_users_are_reused_and_left_as_they_are():
+    """A previous partial run (users but no dataset) completes without duplicates or password resets."""
+    User.objects.create_user("demo-owner", password="changed-by-the-owner", role=User.Role.OWNER)
+    User.objects.create_user("demo-b-0007", role=User.Role.OWNER)
+    load()
+    assert authenticate(username="demo-owner", password="changed-by-the-owner") is not None
+    assert User.objects.filter(username__startswith="demo-b-").count() == 999
+    assert Value.objects.filter(owner__username="demo-b-0007").count() == 1
+
+
+def test_the_schedule_grows_and_chains_follow(django_capture_on_commit_callbacks):
+    load()
+    categorical = attribute("Categorical experiment")
+    with time_machine.travel(timezone.now() + timedelta(days=31), tick=False):
+        with django_capture_on_commit_callbacks(execute=True):
+            raised = schedules_advance()
+    assert raised == 1500
+    heads = set(Chain.objects.filter(value__attribute=categorical).values_list("head", flat=True))
+    assert heads == {Decimal("1")}
+    assert BudgetAccount.objects.filter(value__attribute=categorical, ceiling=Decimal("1")).count() == 1500
+
+
+def test_the_demo_buyer_can_buy_along_the_papers_path():
+    """The binary experiment sells at eps_ns(1) and eps_ns(10) (bridged between grid points), within the credit."""
+    from market.purchases import purchase_claim, purchase_execute
+
+    load()
+    buyer = User.objects.get(username="demo-buyer")
+    binary = attribute("Binary experiment")
+    paid = Decimal(0)
+    for k in (1, 10):
+        e = Decimal(str(math.floor(eps_ns(k, 1.0, 0.5) * 1e6) / 1e6))
+        purchase, created = purchase_claim(buyer=buyer, attribute=binary, epsilon=e, cohort=None,
+                                           idempotency_key=f"demo-path-{k}")
+        purchase = purchase_execute(purchase_id=purchase.id, rng=np.random.default_rng(k))
+        assert created and purchase.status == "completed"
+        assert (purchase.candidates, purchase.included) == (1000, 1000)
+        paid += purchase.price
+    assert paid > 0
+    credit = MoneyAccount.objects.get(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT).balance
+    assert credit == Decimal("1000") - paid
+    losses = set(BudgetAccount.objects.filter(value__attribute=binary).values_list("chain_loss", flat=True))
+    assert len(losses) == 1 and Decimal("0.98") < losses.pop() < Decimal("1")
