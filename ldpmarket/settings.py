@@ -126,7 +126,27 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # Buyer API (ldpmarket.api): problem+json errors, exact-decimal JSON, cursor pages, throttles.
+    "EXCEPTION_HANDLER": "ldpmarket.api.problem_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["ldpmarket.api.DecimalJSONParser", "rest_framework.parsers.FormParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "ldpmarket.api.CursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": ["ldpmarket.api.AnonThrottle", "ldpmarket.api.UserThrottle"],
+    # "<n>/<second|minute|hour|day>"; an empty value switches a throttle off.
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env("LDP_THROTTLE_ANON", default="120/minute") or None,
+        "user": env("LDP_THROTTLE_USER", default="20000/minute") or None,
+        "quote": env("LDP_THROTTLE_QUOTE", default="6000/minute") or None,
+        "purchase": env("LDP_THROTTLE_PURCHASE", default="600/minute") or None,
+    },
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+# Purchases over more candidate values than this run in Celery (202 + progress); smaller ones in the request.
+LDP_ASYNC_PURCHASE_THRESHOLD = env.int("LDP_ASYNC_PURCHASE_THRESHOLD", default=50000)
+# How long a quote (a signed token) can be turned into a purchase.
+LDP_QUOTE_TTL_SECONDS = env.int("LDP_QUOTE_TTL_SECONDS", default=900)
 SPECTACULAR_SETTINGS = {
     "TITLE": "ldpmarket API",
     "DESCRIPTION": "Buy randomized data under local differential privacy with gradual release.",

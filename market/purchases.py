@@ -39,7 +39,7 @@ from ldpmarket import bulk
 
 from . import chainsets, domain, sealing
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
-from .pricing import PricePolicy, UNITS, units_to_decimal
+from .pricing import PolicyError, PricePolicy, UNITS, units_to_decimal
 
 CHUNK = 10_000
 
@@ -57,6 +57,18 @@ class IdempotencyConflict(PurchaseError):
 class InsufficientCredit(PurchaseError):
     status = 402
     title = "Insufficient credit"
+
+
+class PriceChanged(PurchaseError):
+    status = 409
+    title = "Price changed"
+
+
+class PurchaseConflict(PurchaseError):
+    """A concurrent change (a value added while the purchase read its values); retrying succeeds."""
+
+    status = 503
+    title = "Temporarily unavailable"
 
 
 def micro(field: str):
@@ -128,8 +140,12 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
         over=np.maximum(chain_loss, e_micro) + oneshot > ceiling)
 
 
-def purchase_execute(*, purchase_id: int, rng=None, progress=None) -> Purchase:
-    """Run a claimed purchase in one transaction (idempotent: a completed purchase is returned as it is)."""
+def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
+    """Run a claimed purchase in one transaction (idempotent: a completed purchase is returned as it is).
+
+    ``progress(done, total)`` is called as phases complete (values resolved, then written); ``max_price``
+    refuses the purchase, under the locks, if it would cost more (a quote's price guard).
+    """
     with transaction.atomic():
         purchase = Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer").get(id=purchase_id)
         if purchase.status == Purchase.Status.COMPLETED:
@@ -137,31 +153,38 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None) -> Purchase:
         attribute, buyer = purchase.attribute, purchase.buyer
         e = to_micro(purchase.epsilon)
         m, width = attribute.domain_size, attribute.width
+        try:
+            policy = PricePolicy.parse(attribute.price_policy)
+        except PolicyError as exc:
+            raise PurchaseError(f"This attribute's price policy is invalid: {exc}") from None
         cand = candidates(attribute, purchase.cohort, e, lock=True)
+        total_steps = 2 * int(cand.value_ids.size)
+        last_id = int(cand.value_ids[-1]) if cand.value_ids.size else 0
         chain_rows = list(Chain.objects.select_for_update(of=("self",))
-                          .filter(value__in=Value.objects.filter(attribute=attribute, **(
+                          .filter(value__in=Value.objects.filter(attribute=attribute, id__lte=last_id, **(
                               {"cohort": purchase.cohort} if purchase.cohort is not None else {})))
                           .order_by("value_id").values_list("value_id", "epsilons", "outputs", "value__input_sealed"))
         if [r[0] for r in chain_rows] != cand.value_ids.tolist():
-            raise PurchaseError("values and chains disagree; retry")  # a value was added between the two reads
+            raise PurchaseConflict("A value was added while this purchase read its values; retry.")
         elig = np.flatnonzero(cand.eligible)
         chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
                                                [bytes(chain_rows[i][2]) for i in elig], width)
         inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
         lookup, grown = chainsets.at(chains, e, m, inputs, rng)
         if progress:
-            progress(len(elig))
+            progress(total_steps // 2, total_steps)
         ok = ~lookup.missing_input
         inc = elig[ok]  # indices into cand of the released values
         outputs = lookup.outputs[ok]
 
-        policy = PricePolicy.parse(attribute.price_policy)
-        held, holding_ids = _held(buyer, attribute, cand.value_ids[inc])
+        held, holding_ids = held_epsilons(buyer.id, attribute, cand.value_ids[inc])
         charge = policy.charge_units(e, held)
         owner_share = policy.owner_units(charge)
         total = int(charge.sum())
         accounts = _lock_money(buyer, attribute, cand.owner_ids[inc][owner_share > 0])
         buyer_acct = accounts[(buyer.id, MoneyAccount.Kind.BUYER_CREDIT)]
+        if max_price is not None and units_to_decimal(total) > max_price:
+            raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
         if to_units(buyer_acct.balance) < total:
             raise InsufficientCredit(
                 f"This purchase costs {units_to_decimal(total)} but your credit is {buyer_acct.balance}.")
@@ -178,6 +201,8 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None) -> Purchase:
         _move_money(purchase, accounts, buyer, cand.owner_ids[inc], charge, owner_share)
         _write_chunks(purchase, cand.value_ids[inc], outputs)
 
+        if progress:
+            progress(total_steps, total_steps)
         purchase.candidates = int(cand.value_ids.size)
         purchase.included = int(inc.size)
         purchase.excluded_ceiling = int((cand.over & ~cand.paused & ~cand.withdrawn).sum())
@@ -219,9 +244,9 @@ def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.nd
     return inputs
 
 
-def _held(buyer, attribute, value_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The buyer's held epsilon (micro, 0 when none) and holding row id (-1) for each value."""
-    rows = list(Holding.objects.filter(buyer=buyer, value__attribute=attribute).order_by("value_id")
+def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The buyer's held epsilon (micro, 0 when none) and holding row id (-1) for each value: upgrade credit."""
+    rows = list(Holding.objects.filter(buyer_id=buyer_id, value__attribute=attribute).order_by("value_id")
                 .values_list("value_id", micro("epsilon"), "id"))
     held = np.zeros(value_ids.size, dtype=np.int64)
     holding_ids = np.full(value_ids.size, -1, dtype=np.int64)

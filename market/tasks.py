@@ -24,3 +24,45 @@ def advance_schedules() -> int:
     from accounts.services import schedules_advance
 
     return schedules_advance()
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, time_limit=30 * 60, soft_time_limit=28 * 60,
+             max_retries=5)
+def run_purchase(self, purchase_id: int) -> str:
+    """Run a claimed purchase (API: large purchases answer 202 and enqueue this on commit).
+
+    Idempotent: ``purchase_execute`` returns a completed purchase as it is, and
+    its single transaction means a worker killed mid-way leaves nothing behind
+    (the message is redelivered, ``acks_late``).  A refused purchase
+    (``PurchaseError``: short of credit, ...) is recorded as failed with the
+    reason; database hiccups are retried with backoff, a bounded number of times.
+    """
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from .models import Purchase
+    from .purchases import PurchaseConflict, PurchaseError, purchase_execute, purchase_fail
+    from .selectors import eligible_count, progress_reporter, progress_set
+
+    purchase = Purchase.objects.select_related("attribute").filter(id=purchase_id).first()
+    if purchase is None or purchase.status == Purchase.Status.COMPLETED:
+        return purchase.status if purchase else "missing"
+    _, total = eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
+    progress_set(purchase_id, 0, total)
+    Purchase.objects.filter(id=purchase_id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
+        status=Purchase.Status.RUNNING, error="")
+    try:
+        return purchase_execute(purchase_id=purchase_id, progress=progress_reporter(purchase_id, total)).status
+    except PurchaseConflict as exc:  # a concurrent change: nothing was written, running again succeeds
+        raise self.retry(exc=exc, countdown=1) from None
+    except PurchaseError as exc:
+        purchase_fail(purchase_id=purchase_id, error=str(exc))
+        return Purchase.Status.FAILED
+    except SoftTimeLimitExceeded:
+        purchase_fail(purchase_id=purchase_id, error="The purchase took too long and was stopped; nothing was "
+                                                     "charged. Retry it with the same Idempotency-Key.")
+        return Purchase.Status.FAILED
+    except (OperationalError, InterfaceError) as exc:
+        if self.request.retries >= self.max_retries:
+            purchase_fail(purchase_id=purchase_id, error=f"The database was unavailable: {exc}")
+            raise
+        raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from None

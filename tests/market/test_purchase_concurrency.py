@@ -149,7 +149,7 @@ def test_a_purchase_waits_for_the_one_holding_its_budgets(market_setup):
     attribute, values, buyers = market_setup
     a_locked, a_release, b_done = threading.Event(), threading.Event(), threading.Event()
 
-    def pause(_n):
+    def pause(*_progress):
         a_locked.set()
         assert a_release.wait(30)
 

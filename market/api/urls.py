@@ -1,0 +1,20 @@
+"""Routes of the buyer API, mounted at /api/v1/ with the namespace ``api``."""
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from accounts.api import ObtainTokenView
+
+from .views import DatasetViewSet, PurchaseViewSet, QuoteView
+
+app_name = "api"
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("datasets", DatasetViewSet, basename="dataset")
+router.register("purchases", PurchaseViewSet, basename="purchase")
+
+urlpatterns = [
+    path("auth/token/", ObtainTokenView.as_view(), name="token"),
+    path("quotes/", QuoteView.as_view(), name="quote"),
+    *router.urls,
+]

@@ -1,0 +1,521 @@
+"""The buyer REST API, ``/api/v1/`` (spec service.md section 4).
+
+Who may do what (tested exhaustively in tests/api/test_authorization.py):
+
+=================================  =======  =====  =======  =====  =========
+endpoint                            buyer    owner  auditor  staff  anonymous
+=================================  =======  =====  =======  =====  =========
+GET datasets, dataset               yes      yes    yes      yes    401
+POST quotes, purchases              yes      403    403      403    401
+GET purchases, purchase             own      403    all      all    401
+GET purchase outputs, estimate      own      403    403      all    401
+=================================  =======  =====  =======  =====  =========
+
+A buyer asking for another buyer's purchase gets 404 (its existence is not
+revealed).  Auditors read purchases' bookkeeping, never the data bought.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import io
+import re
+
+import numpy as np
+from django import forms
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.http import StreamingHttpResponse
+from django.urls import reverse
+from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, permissions, renderers, serializers as drf_serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.models import User
+from ldpmarket.api import AnonThrottle, Problem, PurchaseThrottle, QuoteThrottle, UserThrottle
+from market import selectors
+from market.models import Attribute, Dataset, Purchase
+from market.pseudonyms import pseudonyms
+from market.purchases import (IdempotencyConflict, PurchaseError, fingerprint, purchase_claim, purchase_execute,
+                              purchase_fail)
+
+from . import serializers as s
+
+PROBLEM = "application/problem+json"
+DESCRIPTIONS = {
+    400: "Invalid input (the problem's `errors` say which field and why).",
+    401: "Not authenticated: send `Authorization: Token <token>` (POST /api/v1/auth/token/) or sign in.",
+    402: "Insufficient credit.",
+    403: "Your role may not do this.",
+    404: "No such object (or not yours).",
+    406: "The requested format is not available.",
+    409: "Conflict: Idempotency-Key reused with a different body or still in flight; or the quote is outdated; or the "
+         "attribute is not for sale.",
+    429: "Too many requests: see Retry-After.",
+}
+
+
+def problems(*codes: int, **descriptions: str) -> dict:
+    """Schema responses for the given problem statuses (``application/problem+json``); ``d409="..."`` overrides."""
+    return {(code, PROBLEM): OpenApiResponse(s.ProblemSerializer,
+                                             description=descriptions.get(f"d{code}", DESCRIPTIONS[code]))
+            for code in codes}
+
+
+# ------------------------------------------------------------------------------------------------- roles
+
+def is_staff(user) -> bool:
+    return bool(user.is_superuser or user.is_staff or getattr(user, "role", None) == User.Role.STAFF)
+
+
+def is_buyer(user) -> bool:
+    return getattr(user, "role", None) == User.Role.BUYER
+
+
+def is_auditor(user) -> bool:
+    return getattr(user, "role", None) == User.Role.AUDITOR
+
+
+class IsBuyer(permissions.IsAuthenticated):
+    message = "Only buyers can ask for quotes and make purchases."
+
+    def has_permission(self, request, view):
+        return super().has_permission(request, view) and is_buyer(request.user)
+
+
+class PurchaseAccess(permissions.IsAuthenticated):
+    """Create: buyers.  Read bookkeeping: buyers (their own), auditors and staff.  Read data: buyers and staff."""
+
+    def has_permission(self, request, view):
+        if not super().has_permission(request, view):
+            return False
+        user, act = request.user, getattr(view, "action", None)
+        if act == "create":
+            self.message = IsBuyer.message
+            return is_buyer(user)
+        if act in ("outputs", "estimate"):
+            self.message = "Only the buyer who made a purchase (or staff) can read its data."
+            return is_buyer(user) or is_staff(user)
+        self.message = "Only buyers, auditors and staff can read purchases."
+        return is_buyer(user) or is_staff(user) or is_auditor(user)
+
+
+# ----------------------------------------------------------------------------------------------- catalog
+
+def _attribute_payload(attribute: Attribute, histogram) -> dict:
+    from market import domain
+
+    policy = selectors.price_policy_or_none(attribute)
+    kind = attribute.kind
+    return {
+        "id": attribute.id, "name": attribute.name, "description": attribute.description, "kind": kind,
+        "labels": domain.labels_of(attribute) if kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY) else [],
+        "bounds": {"low": attribute.low, "high": attribute.high} if kind == Attribute.Kind.NUMERIC else None,
+        "bloom": ({"num_bits": attribute.num_bits, "num_hashes": attribute.num_hashes,
+                   "num_cohorts": attribute.num_cohorts} if kind == Attribute.Kind.STRING else None),
+        "mechanism": attribute.mechanism,
+        "grid": {"start": attribute.grid_start, "step": attribute.grid_step, "stop": attribute.grid_stop},
+        "price_policy": None if policy is None else {
+            "points": [{"epsilon": e, "price": p} for e, p in policy.points], "owner_share": policy.owner_share},
+        "histogram": [{"epsilon": e, "available": n} for e, n in histogram],
+    }
+
+
+def _dataset_payloads(datasets) -> list[dict]:
+    datasets = list(datasets)
+    attributes = [a for d in datasets for a in d.attributes.all()]
+    histograms = selectors.ceiling_histograms(attributes)
+    return [{"id": d.id, "title": d.title, "description": d.description, "created_at": d.created_at,
+             "attributes": [_attribute_payload(a, histograms[a.id])
+                            for a in sorted(d.attributes.all(), key=lambda a: a.id)]}
+            for d in datasets]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="The catalog", responses={200: s.DatasetSerializer(many=True), **problems(401, 429)}),
+    retrieve=extend_schema(summary="One dataset", responses={200: s.DatasetSerializer, **problems(401, 404, 429)}),
+)
+class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
+    """Datasets and their attributes: kind, domain, mechanism, grid, price policy, availability by epsilon."""
+
+    queryset = Dataset.objects.prefetch_related("attributes").order_by("id")
+    serializer_class = s.DatasetSerializer
+    filter_backends: list = []
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(s.DatasetSerializer(_dataset_payloads(page), many=True).data)
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(s.DatasetSerializer(_dataset_payloads([self.get_object()])[0]).data)
+
+
+# ------------------------------------------------------------------------------------------------ quotes
+
+def _policy_or_problem(attribute: Attribute):
+    policy = selectors.price_policy_or_none(attribute)
+    if policy is None:
+        raise Problem(f"The attribute {attribute.id} is not for sale: its price policy is not valid.", status=409,
+                      slug="not-for-sale", title="Not for sale")
+    return policy
+
+
+def _nothing_to_sell(q: selectors.Quote) -> Problem:
+    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_paused} are paused, "
+           f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
+    return Problem(
+        f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
+        f"{why}. See the catalog's histogram for the epsilons available.",
+        status=400, slug="nothing-to-sell", title="Nothing to sell at this epsilon",
+        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused,
+                                                        "withdrawn": q.excluded_withdrawn,
+                                                        "no_raw": q.excluded_no_raw}})
+
+
+def _quote_payload(q: selectors.Quote) -> dict:
+    p = q.predicted
+    return {
+        "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
+        "candidates": q.candidates, "included": q.included,
+        "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused, "withdrawn": q.excluded_withdrawn,
+                     "no_raw": q.excluded_no_raw},
+        "price": q.price, "list_price": q.list_price, "upgrade_credit": q.upgrade_credit,
+        "price_per_value": q.price_per_value,
+        "predicted_error": None if p is None else {
+            "target": p.target, "standard_error": p.standard_error,
+            "worst_case_standard_error": p.worst_case_standard_error, "per_category": p.per_category},
+        "expires_at": q.expires_at,
+    }
+
+
+class QuoteView(APIView):
+    """What a purchase would include and cost, and the standard error it would give."""
+
+    permission_classes = [IsBuyer]
+    throttle_classes = [AnonThrottle, UserThrottle, QuoteThrottle]
+
+    @extend_schema(summary="Get a quote", request=s.QuoteRequestSerializer,
+                   responses={200: s.QuoteSerializer,
+                              **problems(400, 401, 403, 409, 429, d409="The attribute is not for sale.")})
+    def post(self, request):
+        data = s.QuoteRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        attribute, epsilon, cohort = (data.validated_data[k] for k in ("attribute", "epsilon", "cohort"))
+        q = selectors.quote(buyer_id=request.user.id, attribute=attribute, epsilon=epsilon, cohort=cohort,
+                            policy=_policy_or_problem(attribute))
+        if q.included == 0:
+            raise _nothing_to_sell(q)
+        return Response(s.QuoteSerializer(_quote_payload(q)).data)
+
+
+# --------------------------------------------------------------------------------------------- purchases
+
+class IntegerFilter(filters.NumberFilter):
+    field_class = forms.IntegerField
+
+
+class PurchaseFilter(filters.FilterSet):
+    attribute = IntegerFilter(field_name="attribute_id", min_value=1, max_value=s.BIGINT_MAX)
+    dataset = IntegerFilter(field_name="attribute__dataset_id", min_value=1, max_value=s.BIGINT_MAX)
+    status = filters.ChoiceFilter(choices=Purchase.Status.choices)
+
+    class Meta:
+        model = Purchase
+        fields = ["attribute", "dataset", "status"]
+
+
+class CSVRenderer(renderers.BaseRenderer):
+    """``text/csv`` for the outputs endpoint (the view streams the body itself)."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):  # pragma: no cover - never reached
+        return b""
+
+
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
+    description="A unique key per intended purchase (1-255 visible ASCII characters, e.g. a UUID). Sending the "
+                "same request again with the same key returns the same purchase and charges once.")
+OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your purchases", responses={200: s.PurchaseSerializer(many=True),
+                                                            **problems(400, 401, 403, 429)}),
+    retrieve=extend_schema(summary="One purchase: status and progress",
+                           responses={200: s.PurchaseSerializer, **problems(401, 403, 404, 429)}),
+)
+class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Purchases: create (idempotent), list and read, and the outputs and estimates of a completed one."""
+
+    serializer_class = s.PurchaseSerializer
+    permission_classes = [PurchaseAccess]
+    filterset_class = PurchaseFilter
+
+    def get_queryset(self):
+        qs = Purchase.objects.select_related("attribute").order_by("-id")
+        user = self.request.user
+        if is_staff(user) or is_auditor(user):
+            return qs
+        return qs.filter(buyer_id=user.id) if user.is_authenticated else qs.none()
+
+    def get_throttles(self):
+        throttles = super().get_throttles()
+        if self.action == "create":
+            throttles.append(PurchaseThrottle())
+        return throttles
+
+    # ------------------------------------------------------------------------------------------ create
+
+    @extend_schema(
+        summary="Buy an attribute at an epsilon",
+        parameters=[IDEMPOTENCY_HEADER], request=s.PurchaseCreateSerializer,
+        responses={200: OpenApiResponse(s.PurchaseSerializer, description="A replay of a completed purchase."),
+                   201: OpenApiResponse(s.PurchaseSerializer, description="Completed in this request."),
+                   202: OpenApiResponse(s.PurchaseSerializer, description="Large: running in the background; poll "
+                                                                          "the Location for status and progress."),
+                   **problems(400, 401, 402, 403, 409, 429)})
+    def create(self, request, *args, **kwargs):
+        key = request.headers.get("Idempotency-Key")
+        if key is None:
+            raise Problem("The Idempotency-Key header is required: send a new unique key (for example a UUID) with "
+                          "each purchase, and the same key when retrying it.", slug="idempotency-key-required",
+                          title="Idempotency-Key required", status=400)
+        if not KEY_RE.match(key):
+            raise Problem("The Idempotency-Key must be 1 to 255 visible ASCII characters.",
+                          slug="idempotency-key-invalid", title="Invalid Idempotency-Key", status=400)
+        body = s.PurchaseCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        attribute, epsilon, cohort, quoted = self._request(body.validated_data)
+        existing = Purchase.objects.filter(buyer_id=request.user.id, idempotency_key=key).first()
+        if existing is not None:
+            if existing.request_hash != fingerprint(attribute_id=attribute.id, epsilon=epsilon, cohort=cohort):
+                raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.")
+            return self._replay(existing)
+        q = selectors.quote(buyer_id=request.user.id, attribute=attribute, epsilon=epsilon, cohort=cohort,
+                            policy=_policy_or_problem(attribute))
+        if q.included == 0:
+            raise _nothing_to_sell(q)
+        if quoted is not None and q.price > quoted:
+            raise Problem(f"The price is now {q.price}, more than the {quoted} quoted: ask for a new quote.",
+                          status=409, slug="quote-outdated", title="Quote outdated")
+        purchase, created = purchase_claim(buyer=request.user, attribute=attribute, epsilon=epsilon, cohort=cohort,
+                                           idempotency_key=key)
+        if not created:
+            return self._replay(purchase)
+        return self._run(purchase, q.candidates, q.included, created=True, max_price=quoted)
+
+    def _request(self, data):
+        """``(attribute, epsilon, cohort, quoted price or None)`` from the body or the quote it carries."""
+        if "quote" not in data:
+            return data["attribute"], data["epsilon"], data["cohort"], None
+        buyer_id = self.request.user.id
+        try:
+            q = selectors.open_quote(data["quote"], buyer_id=buyer_id)
+        except selectors.QuoteInvalid as exc:
+            key = self.request.headers.get("Idempotency-Key")
+            try:  # an expired quote still identifies a purchase already made from it (a replay)
+                q = selectors.open_quote(data["quote"], buyer_id=buyer_id, check_expiry=False)
+                if not Purchase.objects.filter(buyer_id=buyer_id, idempotency_key=key).exists():
+                    raise selectors.QuoteInvalid(str(exc))
+            except selectors.QuoteInvalid:
+                raise drf_serializers.ValidationError({"quote": [str(exc)]}) from None
+        attribute = Attribute.objects.select_related("dataset").filter(id=q["attribute"]).first()
+        if attribute is None:
+            raise drf_serializers.ValidationError({"quote": ["The quoted attribute no longer exists."]})
+        return attribute, q["epsilon"], q["cohort"], q["price"]
+
+    def _async(self, candidates: int) -> bool:
+        return candidates > settings.LDP_ASYNC_PURCHASE_THRESHOLD
+
+    def _run(self, purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None):
+        """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
+        if self._async(candidates):
+            from market.tasks import run_purchase
+
+            selectors.progress_set(purchase.id, 0, total)
+            pid = purchase.id
+            transaction.on_commit(lambda: run_purchase.delay(pid))
+            purchase.refresh_from_db()
+            return self._respond(purchase, 202)
+        Purchase.objects.filter(id=purchase.id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
+            status=Purchase.Status.RUNNING, error="")
+        try:
+            purchase = purchase_execute(purchase_id=purchase.id, max_price=max_price,
+                                        progress=selectors.progress_reporter(purchase.id, total))
+        except PurchaseError as exc:
+            purchase_fail(purchase_id=purchase.id, error=str(exc))
+            raise
+        return self._respond(purchase, 201 if created else 200)
+
+    def _replay(self, purchase: Purchase):
+        """The same key and body again: the completed purchase, or its current state, or run it if it stalled."""
+        if purchase.status == Purchase.Status.COMPLETED:
+            return self._respond(purchase, 200)
+        _policy_or_problem(purchase.attribute)  # running it again needs a valid price policy
+        candidates, total = selectors.eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
+        if purchase.status == Purchase.Status.FAILED:  # nothing was written: try again
+            return self._run(purchase, candidates, total, created=False)
+        if self._async(candidates):
+            if purchase.status == Purchase.Status.PENDING and not _locked(purchase.id):
+                from market.tasks import run_purchase
+
+                pid = purchase.id
+                transaction.on_commit(lambda: run_purchase.delay(pid))  # idempotent if it is queued already
+            purchase.refresh_from_db()
+            return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
+        if _locked(purchase.id):
+            raise Problem("A purchase with this Idempotency-Key is still in flight; retry when it has finished.",
+                          status=409, slug="in-flight", title="Still in flight")
+        return self._run(purchase, candidates, total, created=False)
+
+    def _respond(self, purchase: Purchase, status: int):
+        purchase = Purchase.objects.select_related("attribute").get(id=purchase.id)
+        headers = {"Location": reverse("api:purchase-detail", kwargs={"pk": purchase.id})}
+        return Response(self.get_serializer(purchase).data, status=status, headers=headers)
+
+    # ------------------------------------------------------------------------------------------- outputs
+
+    def _completed(self) -> Purchase:
+        purchase = self.get_object()
+        if purchase.status != Purchase.Status.COMPLETED:
+            raise Problem(f"The purchase is {purchase.status}: outputs and estimates exist once it has completed.",
+                          status=409, slug="purchase-not-completed", title="Purchase not completed")
+        return purchase
+
+    @extend_schema(
+        summary="The purchased outputs (JSON pages, or CSV streamed with ?format=csv or Accept: text/csv)",
+        parameters=[
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="From the previous page's next/previous."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, description=f"Rows per page, 1 to "
+                                                                        f"{OUTPUT_MAX_PAGE_SIZE} (default "
+                                                                        f"{OUTPUT_PAGE_SIZE})."),
+            OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
+        ],
+        responses={200: s.OutputPageSerializer, (200, "text/csv"): OpenApiTypes.STR,
+                   **problems(400, 401, 403, 404, 406, 409, 429, d409="The purchase has not completed.")})
+    @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, renderers.BrowsableAPIRenderer,
+                                                            CSVRenderer], filter_backends=[], pagination_class=None)
+    def outputs(self, request, pk=None):
+        purchase = self._completed()
+        if request.accepted_renderer.format == "csv":
+            response = StreamingHttpResponse(_csv_rows(purchase), content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="purchase-{purchase.id}-outputs.csv"'
+            return response
+        start, size = _cursor(request.query_params.get("cursor")), _page_size(request.query_params.get("page_size"))
+        ids, out = selectors.output_rows(purchase, start, start + size)
+        total = purchase.included
+        rows = _rows(purchase, ids, out)
+        link = lambda offset: _page_link(request, offset, size)  # noqa: E731
+        return Response({
+            "count": total,
+            "next": link(start + size) if start + size < total else None,
+            "previous": link(max(0, start - size)) if start > 0 else None,
+            "results": s.OutputRowSerializer(rows, many=True).data,
+        })
+
+    @extend_schema(summary="Estimates from the purchased outputs",
+                   responses={200: s.EstimateSerializer,
+                              **problems(401, 403, 404, 409, 429,
+                                         d409="The purchase has not completed, or released no values.")})
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def estimate(self, request, pk=None):
+        purchase = self._completed()
+        if purchase.included == 0:
+            raise Problem("This purchase released no values: there is nothing to estimate from.", status=409,
+                          slug="no-outputs", title="No outputs")
+        result = selectors.purchase_estimate(purchase)
+        return Response(s.EstimateSerializer({"purchase": purchase.id, "attribute": purchase.attribute_id,
+                                              "kind": purchase.attribute.kind, **result}).data)
+
+
+def _locked(purchase_id: int) -> bool:
+    """Whether another transaction holds the purchase row (it is being executed right now)."""
+    if not connection.features.has_select_for_update_nowait:
+        return False
+    try:
+        with transaction.atomic():
+            list(Purchase.objects.select_for_update(nowait=True).filter(id=purchase_id).values_list("id"))
+        return False
+    except DatabaseError:
+        return True
+
+
+# ------------------------------------------------------------------------------------------ output rows
+
+def _cursor(raw) -> int:
+    if not raw:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(raw.encode("ascii") + b"=" * (-len(raw) % 4)).decode("ascii")
+        if not text.startswith("o:"):
+            raise ValueError
+        offset = int(text[2:])
+        if offset < 0 or offset > 2 ** 62:
+            raise ValueError
+        return offset
+    except (ValueError, UnicodeError, binascii.Error):
+        raise drf_serializers.ValidationError({"cursor": ["This cursor is not valid: use the next or previous "
+                                                          "link of a page."]}) from None
+
+
+def _page_size(raw) -> int:
+    if raw is None:
+        return OUTPUT_PAGE_SIZE
+    field = drf_serializers.IntegerField(min_value=1, max_value=OUTPUT_MAX_PAGE_SIZE)
+    try:
+        return field.run_validation(raw)
+    except drf_serializers.ValidationError as exc:
+        raise drf_serializers.ValidationError({"page_size": exc.detail}) from None
+
+
+def _page_link(request, offset: int, size: int) -> str:
+    from rest_framework.utils.urls import remove_query_param, replace_query_param
+
+    url = request.build_absolute_uri()
+    url = replace_query_param(url, "page_size", size)
+    if offset == 0:
+        return remove_query_param(url, "cursor")
+    token = base64.urlsafe_b64encode(f"o:{offset}".encode()).decode().rstrip("=")
+    return replace_query_param(url, "cursor", token)
+
+
+def _outputs_as(attribute: Attribute, out: np.ndarray) -> list:
+    labels = selectors.output_labels(attribute)
+    if labels is None:
+        return out.tolist()
+    return np.asarray(labels, dtype=object)[out[:, 0]].tolist()
+
+
+def _rows(purchase: Purchase, ids: np.ndarray, out: np.ndarray) -> list[dict]:
+    eps = s.EpsilonField().to_representation(purchase.epsilon)
+    names = pseudonyms(purchase.buyer_id, ids)
+    return [{"pseudonym": p, "epsilon": eps, "output": o}
+            for p, o in zip(names, _outputs_as(purchase.attribute, out))]
+
+
+def _csv_rows(purchase: Purchase):
+    """The CSV body, one chunk of the purchase at a time."""
+    eps = s.EpsilonField().to_representation(purchase.epsilon)
+    string = purchase.attribute.kind == Attribute.Kind.STRING
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["pseudonym", "epsilon", "output"])
+    yield buffer.getvalue()
+    for ids, out in selectors.iter_chunks(purchase):
+        buffer.seek(0)
+        buffer.truncate()
+        outputs = (["".join(map(str, bits)) for bits in out.tolist()] if string
+                   else _outputs_as(purchase.attribute, out))
+        writer.writerows(zip(pseudonyms(purchase.buyer_id, ids), [eps] * ids.size, outputs))
+        yield buffer.getvalue()
+

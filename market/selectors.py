@@ -1,0 +1,400 @@
+"""Reads for the buyer API (spec service.md section 4): catalog histograms, quotes, outputs, estimates, progress.
+
+Nothing here writes to the database.  What a buyer can learn from these reads:
+
+* the catalog: per attribute, how many values could be sold at each grid
+  epsilon (a histogram of ceilings) -- never a raw value, an owner, or a value id;
+* a quote: how many values a purchase would include and why others are left
+  out, its price, and the standard error it would give -- the predicted error
+  is a function of (mechanism, epsilon, included count) only, so a quote
+  reveals nothing about the data;
+* a completed purchase's outputs (under buyer-specific pseudonyms) and the
+  estimates computed from them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from statistics import NormalDist
+
+import numpy as np
+from django.conf import settings
+from django.core import signing
+from django.core.cache import cache
+from django.db.models import BigIntegerField, Case, Count, ExpressionWrapper, F, Q, Value, When
+from django.db.models.functions import Greatest, Least
+from django.utils import timezone
+
+from accounts.epsilon import from_micro, to_micro
+from accounts.models import BudgetAccount
+from mechanisms import estimators
+
+from . import domain
+from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk
+from .pricing import PricePolicy, units_to_decimal
+from .purchases import candidates, held_epsilons, micro
+
+#: At most this many histogram buckets per attribute (every k-th grid point when the grid is longer).
+MAX_BUCKETS = 100
+Z95 = NormalDist().inv_cdf(0.975)
+QUOTE_SALT = "ldpmarket.quote.v1"
+
+
+# ------------------------------------------------------------------------------------------------ catalog
+
+def grid_points(attribute: Attribute) -> np.ndarray:
+    """The attribute's positive grid epsilons (micro), thinned to at most ``MAX_BUCKETS`` evenly spaced points."""
+    start, step, stop = to_micro(attribute.grid_start), to_micro(attribute.grid_step), to_micro(attribute.grid_stop)
+    count = (stop - start) // step + 1
+    stride = max(1, math.ceil(count / MAX_BUCKETS))
+    points = start + step * np.arange(0, count, stride, dtype=np.int64)
+    return points[points > 0]
+
+
+def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
+    """``{attribute id: [(epsilon, values available at it), ...]}`` at each attribute's grid points.
+
+    A value is available at e when a purchase at e would include it: not
+    paused or withdrawn, ``e + oneshot_loss <= ceiling``, and, when its raw
+    datum was deleted (no extension possible), ``e <= head``.  One grouped
+    query for all the attributes; the counts per distinct limit are summed in numpy.
+    """
+    attributes = list(attributes)
+    if not attributes:
+        return {}
+    big = BigIntegerField()
+    headroom = ExpressionWrapper(micro("ceiling") - micro("oneshot_loss"), output_field=big)
+    limit = Case(When(value__raw_deleted_at__isnull=False,
+                      then=Least(headroom, micro("value__chain__head"), output_field=big)),
+                 default=headroom, output_field=big)
+    rows = (BudgetAccount.objects
+            .filter(value__attribute__in=[a.id for a in attributes], paused=False, value__withdrawn_at__isnull=True)
+            .annotate(limit=limit).values("value__attribute_id", "limit").annotate(n=Count("value_id"))
+            .order_by())
+    by_attribute: dict[int, list[tuple[int, int]]] = {}
+    for row in rows:
+        by_attribute.setdefault(row["value__attribute_id"], []).append((int(row["limit"]), int(row["n"])))
+    out = {}
+    for attribute in attributes:
+        points = grid_points(attribute)
+        pairs = by_attribute.get(attribute.id, [])
+        limits = np.array([p[0] for p in pairs], dtype=np.int64)
+        counts = np.array([p[1] for p in pairs], dtype=np.int64)
+        order = np.argsort(limits)
+        limits, tail = limits[order], np.concatenate([np.cumsum(counts[order][::-1])[::-1], [0]])
+        available = tail[np.searchsorted(limits, points, side="left")]
+        out[attribute.id] = [(from_micro(int(e)), int(a)) for e, a in zip(points.tolist(), available.tolist())]
+    return out
+
+
+def price_policy_or_none(attribute: Attribute) -> PricePolicy | None:
+    try:
+        return PricePolicy.parse(attribute.price_policy)
+    except ValueError:
+        return None
+
+
+# -------------------------------------------------------------------------------------------- predictions
+
+@dataclass
+class PredictedError:
+    """Standard errors a purchase would give, from (mechanism, epsilon, n) only.
+
+    ``target`` is what is estimated: ``frequency`` (each category's share),
+    ``mean`` (binary: the share of the second label; numeric: the mean), or
+    ``bit_frequency`` (each Bloom bit's share, strings).
+    """
+
+    target: str
+    standard_error: float
+    worst_case_standard_error: float
+    per_category: list[dict] = field(default_factory=list)
+
+
+def predicted_error(attribute: Attribute, epsilon: Decimal, n: int) -> PredictedError | None:
+    """The standard error of the estimate from ``n`` outputs at ``epsilon`` (``None`` when n = 0).
+
+    Categorical (m labels): the variance of the unbiased frequency for the
+    values actually included (a fixed population: only the randomized response
+    is random), ``[f p(1-p) + (1-f) q(1-q)] / (n (p-q)^2)``, at the uniform
+    population f = 1/m, and its worst case over f in [0, 1] (linear in f, so
+    at f = 0 or 1).  Binary and string bits (m = 2): ``pq / (n (p-q)^2)``,
+    the same for every f.  Numeric: the mean's standard error including the
+    discretization, ``(h - l) sqrt(t(1-t)/n) / (p - q)`` at ``t = 1/2``, which is
+    exact for a uniformly spread population and an upper bound for any other.
+    """
+    if n <= 0:
+        return None
+    eps = float(epsilon)
+    kind = attribute.kind
+    if kind == Attribute.Kind.NUMERIC:
+        low, high = float(attribute.low), float(attribute.high)
+        se = math.sqrt(estimators.mean_variance((low + high) / 2, eps, low, high, n))
+        return PredictedError("mean", se, se)
+    m = attribute.domain_size
+    uniform = np.sqrt(estimators.frequency_variance_fixed(np.full(m, 1.0 / m), eps, m, n))
+    extremes = np.sqrt(estimators.frequency_variance_fixed(np.eye(m)[0], eps, m, n))  # f = 1 and f = 0
+    worst = float(extremes.max())
+    if kind == Attribute.Kind.STRING:
+        return PredictedError("bit_frequency", float(uniform[0]), worst)
+    labels = domain.labels_of(attribute)
+    per = [{"label": label, "standard_error": float(uniform[i]), "worst_case_standard_error": worst}
+           for i, label in enumerate(labels)]
+    return PredictedError("mean" if kind == Attribute.Kind.BINARY else "frequency", float(uniform[0]), worst, per)
+
+
+# ------------------------------------------------------------------------------------------------- quotes
+
+@dataclass
+class Quote:
+    attribute: Attribute
+    epsilon: Decimal
+    cohort: int | None
+    candidates: int
+    included: int
+    excluded_ceiling: int
+    excluded_paused: int
+    excluded_withdrawn: int
+    excluded_no_raw: int
+    price: Decimal
+    list_price: Decimal
+    price_per_value: Decimal
+    predicted: PredictedError | None
+    expires_at: datetime
+    token: str = ""
+
+    @property
+    def upgrade_credit(self) -> Decimal:
+        return self.list_price - self.price
+
+
+def _no_raw(attribute: Attribute, cohort: int | None, e_micro: int) -> np.ndarray:
+    """Sorted ids of values whose raw datum is gone and whose chain stops below e (they cannot be extended)."""
+    qs = Chain.objects.filter(value__attribute=attribute, value__raw_deleted_at__isnull=False,
+                              head__lt=from_micro(e_micro))
+    if cohort is not None:
+        qs = qs.filter(value__cohort=cohort)
+    return np.sort(np.fromiter(qs.values_list("value_id", flat=True), dtype=np.int64))
+
+
+def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int | None,
+          policy: PricePolicy) -> Quote:
+    """What a purchase of ``attribute`` at ``epsilon`` would include and cost this buyer now (no locks)."""
+    e = to_micro(epsilon)
+    cand = candidates(attribute, cohort, e, lock=False)
+    eligible = cand.eligible
+    no_raw = eligible & np.isin(cand.value_ids, _no_raw(attribute, cohort, e), assume_unique=True)
+    included_ids = cand.value_ids[eligible & ~no_raw]
+    n = int(included_ids.size)
+    charge = policy.charge_units(e, held_epsilons(buyer_id, attribute, included_ids)[0])
+    per_value = units_to_decimal(int(policy.units(np.array([e]))[0]))
+    expires = timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS)
+    q = Quote(
+        attribute=attribute, epsilon=epsilon, cohort=cohort, candidates=int(cand.value_ids.size), included=n,
+        excluded_ceiling=int((cand.over & ~cand.paused & ~cand.withdrawn).sum()),
+        excluded_paused=int((cand.paused & ~cand.withdrawn).sum()), excluded_withdrawn=int(cand.withdrawn.sum()),
+        excluded_no_raw=int(no_raw.sum()), price=units_to_decimal(int(charge.sum())),
+        list_price=per_value * n, price_per_value=per_value, predicted=predicted_error(attribute, epsilon, n),
+        expires_at=expires)
+    q.token = signing.dumps({"b": buyer_id, "a": attribute.id, "e": str(epsilon), "c": cohort, "p": str(q.price),
+                             "n": n}, salt=QUOTE_SALT, compress=True)
+    return q
+
+
+class QuoteInvalid(ValueError):
+    pass
+
+
+def open_quote(token: str, *, buyer_id: int, check_expiry: bool = True) -> dict:
+    """The request a quote token stands for: ``{"attribute", "epsilon", "cohort", "price", "included"}``.
+
+    ``check_expiry=False`` only to recognise a replay of a purchase already made from the quote.
+    """
+    try:
+        data = signing.loads(token, salt=QUOTE_SALT,
+                             max_age=settings.LDP_QUOTE_TTL_SECONDS if check_expiry else None)
+    except signing.SignatureExpired:
+        raise QuoteInvalid("This quote has expired; ask for a new one.") from None
+    except signing.BadSignature:
+        raise QuoteInvalid("This is not a quote this service issued.") from None
+    if data.get("b") != buyer_id:
+        raise QuoteInvalid("This quote was issued to another buyer.")
+    return {"attribute": data["a"], "epsilon": Decimal(data["e"]), "cohort": data["c"], "price": Decimal(data["p"]),
+            "included": data["n"]}
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+def chunk_layout(purchase: Purchase) -> tuple[np.ndarray, np.ndarray]:
+    """``(seqs, starts)``: the purchase's chunks in order and the row index where each starts (plus the total)."""
+    rows = list(PurchaseChunk.objects.filter(purchase=purchase).order_by("seq").values_list("seq", "count"))
+    seqs = np.array([r[0] for r in rows], dtype=np.int64)
+    starts = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([r[1] for r in rows], out=starts[1:])
+    return seqs, starts
+
+
+def _decode(value_ids: bytes, outputs: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.frombuffer(bytes(value_ids), dtype="<i8").astype(np.int64)
+    return ids, np.frombuffer(bytes(outputs), dtype="<i2").astype(np.int64).reshape(ids.size, width)
+
+
+def iter_chunks(purchase: Purchase, seqs=None):
+    """``(value_ids, outputs (n, width))`` of each chunk in order, one chunk in memory at a time."""
+    width = purchase.attribute.width
+    qs = PurchaseChunk.objects.filter(purchase=purchase).order_by("seq")
+    if seqs is not None:
+        qs = qs.filter(seq__in=list(seqs))
+    for seq in qs.values_list("seq", flat=True):
+        ids, out = PurchaseChunk.objects.filter(purchase=purchase, seq=seq).values_list("value_ids", "outputs").get()
+        yield _decode(ids, out, width)
+
+
+def output_rows(purchase: Purchase, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``start:stop`` of the purchase's outputs (reading only the chunks they fall in)."""
+    seqs, starts = chunk_layout(purchase)
+    stop = min(stop, int(starts[-1]))
+    width = purchase.attribute.width
+    if start >= stop:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=np.int64)
+    first = int(np.searchsorted(starts, start, side="right")) - 1
+    last = int(np.searchsorted(starts, stop, side="left"))
+    parts = list(iter_chunks(purchase, seqs[first:last]))
+    ids = np.concatenate([p[0] for p in parts])
+    out = np.concatenate([p[1] for p in parts])
+    offset = start - int(starts[first])
+    return ids[offset:offset + stop - start], out[offset:offset + stop - start]
+
+
+def output_labels(attribute: Attribute) -> list[str] | None:
+    """Output names for single-output kinds (categorical, binary, numeric); ``None`` for strings (bit lists)."""
+    if attribute.kind == Attribute.Kind.NUMERIC:
+        return ["low", "high"]
+    if attribute.kind == Attribute.Kind.STRING:
+        return None
+    return domain.labels_of(attribute)
+
+
+def all_outputs(purchase: Purchase) -> tuple[np.ndarray, np.ndarray]:
+    parts = list(iter_chunks(purchase))
+    width = purchase.attribute.width
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=np.int64)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+# ---------------------------------------------------------------------------------------------- estimates
+
+def _interval(value: float, se: float) -> dict:
+    return {"estimate": value, "standard_error": se, "ci95_low": value - Z95 * se, "ci95_high": value + Z95 * se}
+
+
+def _eps_groups(eps) -> tuple[float | np.ndarray, list[dict]]:
+    """A scalar epsilon when all outputs share one (the estimators' scalar path), else the per-output array."""
+    if np.ndim(eps) == 0:
+        return float(eps), []
+    arr = np.asarray(eps, dtype=np.float64)
+    distinct, counts = np.unique(arr, return_counts=True)
+    groups = [{"epsilon": float(e), "count": int(c)} for e, c in zip(distinct.tolist(), counts.tolist())]
+    return (float(distinct[0]) if distinct.size == 1 else arr), groups
+
+
+def estimate_outputs(attribute: Attribute, outputs: np.ndarray, eps) -> dict:
+    """Unbiased estimates with standard errors and 95% intervals from outputs at one or many epsilons.
+
+    ``outputs`` is (n, width); ``eps`` a number, or one epsilon per output (for
+    outputs pooled from purchases at different epsilons: each output is
+    debiased at its own epsilon and weighted by ``(p - q)^2``, spec
+    gradual-release.md section 4).  Categorical and binary: every category's
+    frequency (``mechanisms.estimators.confidence_intervals``) with the
+    simplex projection and the maximum-likelihood estimate alongside; binary
+    and numeric: the mean; strings: every Bloom bit's frequency.
+    """
+    outputs = np.asarray(outputs, dtype=np.int64).reshape(-1, attribute.width)
+    n = int(outputs.shape[0])
+    eps_used, groups = _eps_groups(eps)
+    if not groups:
+        groups = [{"epsilon": float(eps_used), "count": n}]
+    result = {"n": n, "epsilons": groups, "frequencies": [], "mean": None, "bits": []}
+    kind = attribute.kind
+    var_n = n if np.ndim(eps_used) == 0 else None
+    if kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY, Attribute.Kind.NUMERIC):
+        m = attribute.domain_size
+        y = outputs[:, 0]
+        f_hat, low, high = estimators.confidence_intervals(y, eps_used, m)
+        se = np.sqrt(estimators.frequency_variance(f_hat, eps_used, m, var_n))
+        projected = estimators.project_simplex(f_hat)
+        ml = estimators.em_frequencies(y, eps_used, m)
+        labels = output_labels(attribute)
+        result["frequencies"] = [
+            {"label": labels[i], "estimate": float(f_hat[i]), "standard_error": float(se[i]),
+             "ci95_low": float(low[i]), "ci95_high": float(high[i]), "projected": float(projected[i]),
+             "maximum_likelihood": float(ml[i])} for i in range(m)]
+        if kind == Attribute.Kind.BINARY:
+            result["mean"] = _interval(float(f_hat[1]), float(se[1]))
+        elif kind == Attribute.Kind.NUMERIC:
+            lo, hi = float(attribute.low), float(attribute.high)
+            mean = estimators.mean(y, eps_used, lo, hi)
+            result["mean"] = _interval(mean, (hi - lo) * float(se[1]))
+    elif kind == Attribute.Kind.STRING:
+        for j in range(attribute.width):
+            f_hat, low, high = estimators.confidence_intervals(outputs[:, j], eps_used, 2)
+            se = np.sqrt(estimators.frequency_variance(f_hat, eps_used, 2, var_n))
+            result["bits"].append({"bit": j, "estimate": float(f_hat[1]), "standard_error": float(se[1]),
+                                   "ci95_low": float(low[1]), "ci95_high": float(high[1])})
+    return result
+
+
+def purchase_estimate(purchase: Purchase) -> dict:
+    """``estimate_outputs`` of a completed purchase (cached: a completed purchase never changes)."""
+    key = f"purchase-estimate:v1:{purchase.id}:{purchase.completed_at.timestamp() if purchase.completed_at else 0}"
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    _, outputs = all_outputs(purchase)
+    result = estimate_outputs(purchase.attribute, outputs, purchase.epsilon)
+    cache.set(key, result, timeout=24 * 3600)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- progress
+
+def progress_key(purchase_id: int) -> str:
+    return f"purchase-progress:{purchase_id}"
+
+
+def progress_set(purchase_id: int, processed: int, total: int) -> None:
+    cache.set(progress_key(purchase_id), {"processed": int(processed), "total": int(max(total, processed))},
+              timeout=24 * 3600)
+
+
+def progress_get(purchase_id: int) -> dict | None:
+    return cache.get(progress_key(purchase_id))
+
+
+def progress_reporter(purchase_id: int, total: int):
+    """The ``progress`` callable for ``purchase_execute``: ``progress(done, steps)`` is scaled to ``total`` values."""
+    def report(done: int, steps: int) -> None:
+        progress_set(purchase_id, (done * total) // steps if steps else total, total)
+
+    return report
+
+
+def eligible_count(attribute: Attribute, cohort: int | None, epsilon: Decimal) -> tuple[int, int]:
+    """``(candidates, eligible)`` now, without locks, counted in SQL: sizes a purchase (sync or Celery) and its
+    progress.  Eligible is ``purchases.candidates(...).eligible`` (not paused, not withdrawn,
+    ``max(chain_loss, e) + oneshot_loss <= ceiling``, exactly, in micro-epsilons)."""
+    e = to_micro(epsilon)
+    big = BigIntegerField()
+    qs = BudgetAccount.objects.filter(value__attribute=attribute)
+    if cohort is not None:
+        qs = qs.filter(value__cohort=cohort)
+    need = ExpressionWrapper(Greatest(micro("chain_loss"), Value(e, output_field=big), output_field=big)
+                             + micro("oneshot_loss"), output_field=big)
+    counts = qs.annotate(ceiling_micro=micro("ceiling"), need_micro=need).aggregate(
+        candidates=Count("value_id"),
+        eligible=Count("value_id", filter=Q(paused=False, value__withdrawn_at__isnull=True,
+                                            ceiling_micro__gte=F("need_micro"))))
+    return int(counts["candidates"]), int(counts["eligible"])
