@@ -1,0 +1,136 @@
+"""factory_boy factories for the service's models: users of each role, datasets and attributes of each kind.
+
+Values, budgets and chains are made through ``market.services.values_create_many`` (the service path), not
+by factories, so a test never depends on a hand-built chain; ``make_owners`` bulk-creates many owners fast.
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import factory
+from factory.django import DjangoModelFactory
+
+from accounts.models import User
+from market.models import Attribute, Dataset
+
+PASSWORD = "correct horse battery staple"
+
+
+class UserFactory(DjangoModelFactory):
+    class Meta:
+        model = User
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
+    role = User.Role.OWNER
+    password = factory.django.Password(PASSWORD)
+
+
+class OwnerFactory(UserFactory):
+    username = factory.Sequence(lambda n: f"owner{n}")
+    role = User.Role.OWNER
+
+
+class BuyerFactory(UserFactory):
+    username = factory.Sequence(lambda n: f"buyer{n}")
+    role = User.Role.BUYER
+    organisation = factory.Sequence(lambda n: f"Research lab {n}")
+
+
+class AuditorFactory(UserFactory):
+    username = factory.Sequence(lambda n: f"auditor{n}")
+    role = User.Role.AUDITOR
+
+
+class StaffFactory(UserFactory):
+    username = factory.Sequence(lambda n: f"staff{n}")
+    role = User.Role.STAFF
+    is_staff = True
+
+
+class DatasetFactory(DjangoModelFactory):
+    class Meta:
+        model = Dataset
+
+    title = factory.Sequence(lambda n: f"Dataset {n}")
+    description = "A test dataset."
+    curator = factory.SubFactory(StaffFactory)
+
+
+class AttributeFactory(DjangoModelFactory):
+    """A categorical attribute over three labels by default; see the kind-specific factories below."""
+
+    class Meta:
+        model = Attribute
+
+    dataset = factory.SubFactory(DatasetFactory)
+    name = factory.Sequence(lambda n: f"attribute{n}")
+    kind = Attribute.Kind.CATEGORICAL
+    labels = factory.LazyFunction(lambda: ["red", "green", "blue"])
+    grid_start = Decimal("0.1")
+    grid_step = Decimal("0.1")
+    grid_stop = Decimal("10")
+    price_policy = factory.LazyFunction(lambda: {"per_value": "0.01"})
+
+
+class CategoricalAttributeFactory(AttributeFactory):
+    pass
+
+
+class BinaryAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.BINARY
+    labels = factory.LazyFunction(lambda: ["no", "yes"])
+
+
+class NumericAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.NUMERIC
+    labels = factory.LazyFunction(list)
+    low = Decimal("0")
+    high = Decimal("100")
+
+
+class StringAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.STRING
+    labels = factory.LazyFunction(list)
+    num_bits = 16
+    num_hashes = 2
+    num_cohorts = 4
+
+
+def make_owners(n: int, prefix: str = "bulk-owner") -> list[User]:
+    """``n`` owners in one bulk INSERT (no password hashing); returned with their ids."""
+    users = User.objects.bulk_create(
+        [User(username=f"{prefix}-{i}", role=User.Role.OWNER, password="!") for i in range(n)], batch_size=5000)
+    if users and users[0].pk is None:  # backends without RETURNING: read the ids back
+        users = list(User.objects.filter(username__startswith=f"{prefix}-").order_by("id"))
+    return users
+
+
+def contribute(attribute: Attribute, raws: list, *, prefix: str | None = None, **policy):
+    """One new owner per raw value, contributed through ``values_create_many`` (the service path)."""
+    from market.services import values_create_many
+
+    owners = make_owners(len(raws), prefix or f"a{attribute.id}-owner")
+    return values_create_many(attribute=attribute, owners=owners, raws=list(raws), **policy)
+
+
+def stored_chains(attribute: Attribute, value_ids=None) -> dict:
+    """``{value_id: (micro-epsilons, outputs (L, width))}`` decoded from the rows as stored."""
+    from market import chains
+    from market.models import Chain
+
+    qs = Chain.objects.filter(value__attribute=attribute)
+    if value_ids is not None:
+        qs = qs.filter(value_id__in=list(value_ids))
+    return {vid: chains.decode(e, o, attribute.width)
+            for vid, e, o in qs.values_list("value_id", "epsilons", "outputs").iterator()}
+
+
+def chain_rows(attribute: Attribute) -> dict:
+    """Every stored column of every chain of the attribute (bytes, Decimal, datetime), for byte-identity checks."""
+    from market.models import Chain
+
+    return {r[0]: tuple(bytes(x) if isinstance(x, memoryview) else x for x in r[1:])
+            for r in Chain.objects.filter(value__attribute=attribute).values_list(
+                "value_id", "epsilons", "outputs", "length", "head", "head_output", "updated_at").iterator()}

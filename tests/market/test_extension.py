@@ -1,0 +1,237 @@
+"""Chain extension (market.services.chains_extend, the extend_chains task): targets, batches, idempotency."""
+from __future__ import annotations
+
+import io
+import threading
+import time
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+
+from accounts.models import BudgetAccount
+from market import chains
+from market.models import Chain, Value
+from market.sealing import SealBroken
+from market.services import chains_extend, value_delete_raw
+from market.tasks import extend_chains
+from tests.factories import CategoricalAttributeFactory, chain_rows, contribute, stored_chains
+
+D = Decimal
+
+
+def grid(lo: str, hi: str, step: str = "0.1") -> list[int]:
+    return list(range(int(D(lo) * 10**6), int(D(hi) * 10**6) + 1, int(D(step) * 10**6)))
+
+
+def set_ceilings(values, ceiling):
+    BudgetAccount.objects.filter(value__in=values).update(ceiling=D(ceiling))
+
+
+@pytest.fixture
+def values(categorical):
+    return contribute(categorical, ["red", "green", "blue"] * 10, ceiling="0.3")
+
+
+def test_extension_grows_to_the_last_grid_point_and_a_rerun_changes_nothing(values, categorical):
+    set_ceilings(values, "0.74")
+    assert chains_extend(attribute_id=categorical.id) == 30
+    stored = stored_chains(categorical)
+    assert all(stored[v.id][0].tolist() == grid("0.1", "0.7") for v in values)
+    assert set(Chain.objects.filter(value__in=values).values_list("head", "length")) == {(D("0.7"), 7)}
+    before = chain_rows(categorical)
+    assert chains_extend(attribute_id=categorical.id) == 0
+    assert extend_chains.delay(categorical.id).get() == 0
+    assert extend_chains.delay(categorical.id, [v.id for v in values]).get() == 0
+    out = io.StringIO()
+    call_command("extend_chains", attribute=categorical.id, stdout=out)
+    assert "extended 0 chains" in out.getvalue()
+    assert chain_rows(categorical) == before, "a re-run must leave every chain byte-identical"
+
+
+def test_a_ceiling_between_grid_points_or_below_the_next_one_extends_nothing(values, categorical):
+    set_ceilings(values, "0.399999")
+    before = chain_rows(categorical)
+    assert chains_extend(attribute_id=categorical.id) == 0
+    assert chain_rows(categorical) == before
+
+
+def test_extension_stops_at_the_grid_stop(db):
+    attribute = CategoricalAttributeFactory(grid_start=D("0"), grid_step=D("0.25"), grid_stop=D("1.1"))
+    vs = contribute(attribute, ["red", "blue"], ceiling="0.3")
+    assert stored_chains(attribute)[vs[0].id][0].tolist() == [0, 250_000]  # epsilon 0 (uniform noise) first
+    set_ceilings(vs, "5")
+    assert chains_extend(attribute_id=attribute.id) == 2
+    assert stored_chains(attribute)[vs[0].id][0].tolist() == [0, 250_000, 500_000, 750_000, 1_000_000]
+    assert chains_extend(attribute_id=attribute.id) == 0  # head 1.0 < stop 1.1, but no grid point is left
+
+
+def test_a_ceiling_below_the_grid_start_still_gets_the_first_point(db):
+    attribute = CategoricalAttributeFactory(grid_start=D("0.5"), grid_step=D("0.5"))
+    [v] = contribute(attribute, ["green"], ceiling="0.2")
+    chain = Chain.objects.get(value=v)
+    assert chain.head == D("0.5") and chain.length == 1  # pre-generation costs nothing
+    assert chains_extend(attribute_id=attribute.id) == 0
+
+
+def test_extension_makes_one_relax_call_per_grid_step_and_head_group(values, categorical, monkeypatch):
+    """Vectorized: the number of relax calls depends on the grid steps and distinct heads, not on the rows."""
+    set_ceilings(values[:10], "0.6")
+    assert chains_extend(attribute_id=categorical.id) == 10
+    calls = []
+    real = chains.relax
+
+    def counting(outputs, inputs, eps_from, eps_to, m, rng=None):
+        calls.append((round(eps_from, 6), round(eps_to, 6), len(outputs)))
+        return real(outputs, inputs, eps_from, eps_to, m, rng)
+
+    monkeypatch.setattr(chains, "relax", counting)
+    set_ceilings(values, "1.0")
+    assert chains_extend(attribute_id=categorical.id) == 30
+    # 20 rows go 0.3 -> 1.0 (7 steps), the 10 rows already at 0.6 go to 1.0 (4 steps): one call per step each
+    behind = [(round(0.3 + k / 10, 6), round(0.4 + k / 10, 6), 20) for k in range(7)]
+    ahead = [(round(0.6 + k / 10, 6), round(0.7 + k / 10, 6), 10) for k in range(4)]
+    assert sorted(calls) == sorted(behind + ahead)
+    assert all(e.tolist() == grid("0.1", "1.0") for e, _ in stored_chains(categorical).values())
+
+
+def test_batches_give_the_same_chains_shape(values, categorical, monkeypatch):
+    set_ceilings(values, "0.5")
+    calls = []
+    real = chains.grow
+    monkeypatch.setattr(chains, "grow", lambda inputs, *a, **k: calls.append(len(inputs)) or real(inputs, *a, **k))
+    assert chains_extend(attribute_id=categorical.id, batch_size=7) == 30
+    assert calls == [7, 7, 7, 7, 2]
+    assert all(e.tolist() == grid("0.1", "0.5") for e, _ in stored_chains(categorical).values())
+    assert chains_extend(attribute_id=categorical.id, batch_size=7) == 0
+
+
+def test_only_the_named_values_and_attribute_are_extended(values, categorical):
+    other = CategoricalAttributeFactory()
+    others = contribute(other, ["red"] * 3, ceiling="0.3")
+    set_ceilings(values + others, "0.9")
+    assert extend_chains.delay(categorical.id, [values[0].id, values[5].id]).get() == 2
+    heads = dict(Chain.objects.values_list("value_id", "head"))
+    assert heads[values[0].id] == heads[values[5].id] == D("0.9")
+    assert {heads[v.id] for v in values[1:5] + values[6:] + others} == {D("0.3")}
+
+
+def test_values_without_their_raw_datum_keep_their_chain_and_are_skipped(values, categorical):
+    value_delete_raw(value_id=values[0].id)
+    before = chain_rows(categorical)[values[0].id]
+    set_ceilings(values, "0.5")
+    assert chains_extend(attribute_id=categorical.id) == 29
+    assert chain_rows(categorical)[values[0].id] == before
+
+
+def test_extension_continues_from_a_head_off_the_grid(values, categorical):
+    """A purchase may extend a chain to an epsilon off the grid (e.g. 0.55); the next grid point follows it."""
+    v = values[0]
+    eps, out = stored_chains(categorical)[v.id]
+    new_eps = np.append(eps, 550_000)
+    new_out = np.vstack([out, out[-1:]])
+    e, o, h = chains.encode(new_eps, new_out)
+    Chain.objects.filter(value=v).update(epsilons=e, outputs=o, head_output=h, length=4, head=D("0.55"))
+    set_ceilings([v], "0.8")
+    assert chains_extend(attribute_id=categorical.id) == 1
+    eps2, out2 = stored_chains(categorical)[v.id]
+    assert eps2.tolist() == [100_000, 200_000, 300_000, 550_000, 600_000, 700_000, 800_000]
+    np.testing.assert_array_equal(out2[:4], new_out)
+
+
+def test_a_sealed_input_moved_to_another_value_stops_the_batch_and_changes_nothing(values, categorical):
+    a, b = values[0], values[1]
+    Value.objects.filter(id=a.id).update(input_sealed=Value.objects.get(id=b.id).input_sealed)
+    set_ceilings(values, "0.6")
+    before = chain_rows(categorical)
+    with pytest.raises(SealBroken):
+        chains_extend(attribute_id=categorical.id)
+    assert chain_rows(categorical) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL: concurrent extension and row locks
+# ---------------------------------------------------------------------------------------------
+
+def _in_thread(fn):
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            result["error"] = exc
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, result
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_extensions_extend_each_chain_once():
+    attribute = CategoricalAttributeFactory()
+    vs = contribute(attribute, ["red", "green", "blue"] * 200, ceiling="0.2")
+    set_ceilings(vs, "1.5")
+    barrier = threading.Barrier(2)
+
+    def work():
+        barrier.wait()
+        return chains_extend(attribute_id=attribute.id, batch_size=50)
+
+    runs = [_in_thread(work) for _ in range(2)]
+    for t, _ in runs:
+        t.join(60)
+    assert all("error" not in r for _, r in runs), [r.get("error") for _, r in runs]
+    assert sum(r["value"] for _, r in runs) == 600  # every chain extended by exactly one of them
+    stored = stored_chains(attribute)
+    assert all(e.tolist() == grid("0.1", "1.5") for e, _ in stored.values())
+    assert chains_extend(attribute_id=attribute.id) == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_locked_by_another_transaction_is_not_silently_left_behind():
+    """While a purchase (say) holds a chain's row lock, an extension run must either wait for it or fail so
+    that Celery retries; returning normally with the chain still below its ceiling loses the extension for
+    good (nothing enqueues it again until the ceiling rises once more)."""
+    attribute = CategoricalAttributeFactory()
+    vs = contribute(attribute, ["red", "green", "blue"], ceiling="0.2")
+    set_ceilings(vs, "0.6")
+    locked, released = threading.Event(), threading.Event()
+
+    def hold_lock():
+        with transaction.atomic():
+            list(Chain.objects.select_for_update().filter(value=vs[1]).values_list("value_id"))
+            locked.set()
+            time.sleep(1.0)
+        released.set()
+
+    holder, result = _in_thread(hold_lock)
+    assert locked.wait(10)
+    try:
+        extended = chains_extend(attribute_id=attribute.id)
+    except Exception:  # noqa: BLE001 - failing (to be retried) is an acceptable answer
+        extended = None
+    holder.join(30)
+    assert "error" not in result, result.get("error")
+    heads = dict(Chain.objects.filter(value__in=vs).values_list("value_id", "head"))
+    if extended is not None:
+        assert heads[vs[1].id] == D("0.6"), (
+            f"chains_extend returned {extended} but left the locked chain at {heads[vs[1].id]} below its ceiling")
+    assert heads[vs[0].id] == heads[vs[2].id] == D("0.6")
+
+
+def test_celery_is_configured_for_redelivery_and_beat_advances_schedules(settings):
+    """What the worker-fault tests rely on, checked without a broker."""
+    from ldpmarket.celery import app
+
+    assert app.conf.task_acks_late is True and app.conf.task_reject_on_worker_lost is True
+    assert app.conf.worker_prefetch_multiplier == 1
+    assert "market.tasks.extend_chains" in app.tasks and "market.tasks.advance_schedules" in app.tasks
+    beat = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
+    assert "market.tasks.advance_schedules" in beat
