@@ -64,11 +64,14 @@ class BudgetAccount(models.Model):
                 condition=(
                     Q(schedule_shape="", schedule_start__isnull=True, schedule_cap__isnull=True,
                       schedule_start_at__isnull=True, schedule_end_at__isnull=True, schedule_steps__isnull=True)
-                    | (Q(schedule_shape__in=["linear", "steps"], schedule_start__gte=0,
+                    | (Q(schedule_shape__in=["linear", "steps"], schedule_start__isnull=False,
+                         schedule_cap__isnull=False, schedule_start_at__isnull=False, schedule_end_at__isnull=False,
+                         schedule_start__gte=0,
                          schedule_cap__gte=F("schedule_start"), schedule_end_at__gt=F("schedule_start_at"),
                          ceiling__gte=F("schedule_start"), ceiling__lte=F("schedule_cap"))
                        & (Q(schedule_shape="linear", schedule_steps__isnull=True)
-                          | Q(schedule_shape="steps", schedule_steps__gte=1)))
+                          | Q(schedule_shape="steps", schedule_steps__isnull=False, schedule_steps__gte=1,
+                              schedule_steps__lte=10000)))
                 ),
                 name="budget_schedule_consistent",
             ),
@@ -161,7 +164,7 @@ class LedgerEntry(models.Model):
             models.CheckConstraint(condition=Q(ceiling__gte=F("chain_loss_after") + F("oneshot_loss_after")),
                                    name="ledger_loss_within_ceiling"),
             models.CheckConstraint(
-                condition=Q(kind__in=["chain_release", "oneshot_release"], epsilon__gt=0)
+                condition=Q(kind__in=["chain_release", "oneshot_release"], epsilon__isnull=False, epsilon__gt=0)
                 | (~Q(kind__in=["chain_release", "oneshot_release"]) & Q(epsilon__isnull=True)),
                 name="ledger_release_has_epsilon"),
             models.CheckConstraint(

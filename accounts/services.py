@@ -44,6 +44,8 @@ class Schedule:
             raise BudgetError("The schedule's cap must be at least its starting epsilon.")
         if self.end_at - self.start_at < timedelta(seconds=1):
             raise BudgetError("The schedule must end after it starts.")
+        if self.end_at - self.start_at > MAX_SCHEDULE:
+            raise BudgetError("A schedule may last at most 95 years.")
         if self.shape not in ("linear", "steps"):
             raise BudgetError("The schedule grows either linearly or in steps.")
         if self.shape == "steps" and (not isinstance(self.steps, int) or not 1 <= self.steps <= 10000):
@@ -59,6 +61,9 @@ class Schedule:
         return {"schedule_start": self.start, "schedule_cap": self.cap, "schedule_start_at": self.start_at,
                 "schedule_end_at": self.end_at, "schedule_shape": self.shape, "schedule_steps": self.steps}
 
+
+#: Longest schedule: keeps ``accounts.schedule``'s int64 arithmetic exact (see its docstring).
+MAX_SCHEDULE = timedelta(days=95 * 365)
 
 NO_SCHEDULE = {"schedule_start": None, "schedule_cap": None, "schedule_start_at": None, "schedule_end_at": None,
                "schedule_shape": "", "schedule_steps": None}
@@ -158,6 +163,7 @@ def schedules_advance(*, now: datetime | None = None) -> int:
 
     now = now or timezone.now()
     raised = 0
+    to_extend: set[int] = set()
     groups = (BudgetAccount.objects.exclude(schedule_shape="").values(*SCHEDULE_KEY)
               .annotate(n=Count("value_id")).order_by())
     with transaction.atomic():
@@ -173,7 +179,8 @@ def schedules_advance(*, now: datetime | None = None) -> int:
             count = match.update(ceiling=ceiling, updated_at=now)
             if count:
                 raised += count
-                for attribute_id in attributes:
-                    transaction.on_commit(lambda a=attribute_id: extend_chains.delay(a))
+                to_extend.update(attributes)
+        for attribute_id in sorted(to_extend):
+            transaction.on_commit(lambda a=attribute_id: extend_chains.delay(a))
     return raised
 

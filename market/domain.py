@@ -34,7 +34,7 @@ def labels_of(attribute: Attribute) -> list[str]:
 
 
 def payload_bytes(attribute: Attribute) -> int:
-    return attribute.num_bits // 8 if attribute.kind == Attribute.Kind.STRING else 2
+    return -(-attribute.num_bits // 8) if attribute.kind == Attribute.Kind.STRING else 2
 
 
 def to_inputs(attribute: Attribute, raws: list, rng=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

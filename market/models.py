@@ -64,10 +64,13 @@ class Attribute(models.Model):
                                    name="attribute_kind_valid"),
             models.CheckConstraint(condition=Q(grid_start__gte=0, grid_step__gt=0, grid_stop__gte=F("grid_start"),
                                                grid_stop__lte=700), name="attribute_grid_valid"),
-            models.CheckConstraint(condition=~Q(kind="numeric") | Q(low__isnull=False, high__gt=F("low")),
+            models.CheckConstraint(condition=~Q(kind="numeric") | Q(low__isnull=False, high__isnull=False,
+                                                                     high__gt=F("low")),
                                    name="attribute_numeric_bounds"),
             models.CheckConstraint(
-                condition=~Q(kind="string") | Q(num_bits__gte=8, num_hashes__gte=1, num_cohorts__gte=1),
+                condition=~Q(kind="string") | Q(num_bits__isnull=False, num_hashes__isnull=False,
+                                                num_cohorts__isnull=False, num_bits__gte=8, num_hashes__gte=1,
+                                                num_cohorts__gte=1),
                 name="attribute_string_bloom"),
         ]
 

@@ -41,15 +41,32 @@ def _keys(secret: str) -> tuple[Fernet, bytes]:
     return Fernet(base64.urlsafe_b64encode(material[:32])), material[32:]
 
 
-def seal_raw(raw: str) -> bytes:
-    return _keys(settings.LDP_VALUE_KEY)[0].encrypt(raw.encode())
+def _binding(owner_id: int, attribute_id: int) -> bytes:
+    return f"{int(owner_id)}:{int(attribute_id)}:".encode()
 
 
-def open_raw(token: bytes) -> str:
+def seal_raw(raw: str, *, owner_id: int, attribute_id: int) -> bytes:
+    """A Fernet token of the raw value, bound to its row: the plaintext starts with ``owner:attribute:``."""
+    return _keys(settings.LDP_VALUE_KEY)[0].encrypt(_binding(owner_id, attribute_id) + raw.encode())
+
+
+def open_raw(token: bytes, *, owner_id: int, attribute_id: int) -> str:
+    """Open a raw value sealed for this owner and attribute; a token moved from another row does not open."""
     try:
-        return _keys(settings.LDP_VALUE_KEY)[0].decrypt(bytes(token)).decode()
+        plain = _keys(settings.LDP_VALUE_KEY)[0].decrypt(bytes(token))
     except InvalidToken:
         raise SealBroken("the raw value does not open with this key") from None
+    prefix = _binding(owner_id, attribute_id)
+    if not plain.startswith(prefix):
+        raise SealBroken("the raw value was sealed for another value")
+    return plain[len(prefix):].decode()
+
+
+def raw_of(value) -> str | None:
+    """The raw value of a ``market.Value`` (None once deleted)."""
+    if value.raw_sealed is None:
+        return None
+    return open_raw(value.raw_sealed, owner_id=value.owner_id, attribute_id=value.attribute_id)
 
 
 def _aes():

@@ -36,7 +36,7 @@ def attribute(title: str) -> Attribute:
 
 
 def raw_counts(attr: Attribute) -> Counter:
-    return Counter(sealing.open_raw(v) for v in attr.values.values_list("raw_sealed", flat=True))
+    return Counter(sealing.raw_of(v) for v in attr.values.all())
 
 
 def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:

@@ -25,24 +25,24 @@ from tests.factories import (CategoricalAttributeFactory, NumericAttributeFactor
 
 @pytest.mark.parametrize("raw", ["red", "73.918273645", "zebra-unique-7f3a", "ünïcødé ✓", "x" * 200])
 def test_raw_values_round_trip_and_never_appear_in_the_token(raw):
-    token = sealing.seal_raw(raw)
-    assert sealing.open_raw(token) == raw
-    assert raw.encode() not in token and sealing.seal_raw(raw) != token  # randomized encryption
+    token = sealing.seal_raw(raw, owner_id=1, attribute_id=2)
+    assert sealing.open_raw(token, owner_id=1, attribute_id=2) == raw
+    assert raw.encode() not in token and sealing.seal_raw(raw, owner_id=1, attribute_id=2) != token  # randomized encryption
 
 
 def test_a_modified_raw_token_does_not_open():
-    token = bytearray(sealing.seal_raw("secret"))
+    token = bytearray(sealing.seal_raw("secret", owner_id=1, attribute_id=2))
     for position in [0, 10, 30, len(token) // 2, len(token) - 1]:
         tampered = bytearray(token)
         tampered[position] ^= 0x04
         with pytest.raises(SealBroken):
-            sealing.open_raw(bytes(tampered))
+            sealing.open_raw(bytes(tampered), owner_id=1, attribute_id=2)
 
 
 def test_a_raw_token_does_not_open_under_another_key():
-    token = sealing.seal_raw("secret")
+    token = sealing.seal_raw("secret", owner_id=1, attribute_id=2)
     with override_settings(LDP_VALUE_KEY="another-key"), pytest.raises(SealBroken):
-        sealing.open_raw(token)
+        sealing.open_raw(token, owner_id=1, attribute_id=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,10 +148,17 @@ def _forms(raw: str) -> list[str]:
 def test_raw_values_are_stored_sealed_and_open_for_their_owner(db):
     strings, numbers, _ = _contribute_distinctive_values()
     for attribute, raws in [(strings, RAW_STRINGS), (numbers, RAW_NUMBERS)]:
-        stored = list(Value.objects.filter(attribute=attribute).order_by("id").values_list("raw_sealed", flat=True))
-        assert [sealing.open_raw(bytes(t)) for t in stored] == raws
-        for token, raw in zip(stored, raws):
-            assert raw.encode() not in bytes(token)
+        values = list(Value.objects.filter(attribute=attribute).order_by("id"))
+        assert [sealing.raw_of(v) for v in values] == raws
+        for value, raw in zip(values, raws):
+            assert raw.encode() not in bytes(value.raw_sealed)
+
+
+def test_a_raw_value_moved_to_another_row_does_not_open(db):
+    strings, _, _ = _contribute_distinctive_values()
+    first, second = Value.objects.filter(attribute=strings).order_by("id")[:2]
+    with pytest.raises(sealing.SealBroken, match="another value"):
+        sealing.open_raw(first.raw_sealed, owner_id=second.owner_id, attribute_id=second.attribute_id)
 
 
 def _assert_dump_hides_raw_values(dump: str):

@@ -82,7 +82,7 @@ def test_a_new_value_holds_sealed_raw_and_input_a_budget_a_chain_and_one_ledger_
     owner = OwnerFactory()
     value = value_create(owner=owner, attribute=attribute, raw="blue", ceiling="0.25")
     value.refresh_from_db()
-    assert sealing.open_raw(bytes(value.raw_sealed)) == "blue"
+    assert sealing.raw_of(value) == "blue"
     payload = sealing.open_inputs([bytes(value.input_sealed)], [owner.id], [attribute.id],
                                   domain.payload_bytes(attribute))
     assert domain.from_payload(attribute, payload).tolist() == [[2]]
