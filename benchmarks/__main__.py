@@ -14,9 +14,10 @@ import traceback
 
 #: Benchmark modules of this package, in the order they run.  Each defines
 #: ``main()``.  To add one, write ``benchmarks/<name>.py`` and list it here
-#: (planned: "e2_database", "e3_purchase", "e4_api", "paper_experiments").
+#: (planned: "e3_purchase", "e4_api").
 BENCHMARKS: list[str] = [
     "e1_engine",
+    "e2_extension",
     "paper_experiments",
 ]
 

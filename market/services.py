@@ -18,7 +18,7 @@ from accounts.epsilon import from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.services import BudgetError, Schedule, event_rows
 
-from . import chains, domain, sealing
+from . import chains, domain, pgcopy, sealing
 from .models import Attribute, Chain, Value
 
 
@@ -48,7 +48,8 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
     policy = schedule.fields() if schedule else {}
     with transaction.atomic():
         values = Value.objects.bulk_create(
-            [Value(owner=o, attribute=attribute, raw_sealed=sealing.seal_raw(str(r)), input_sealed=s, cohort=int(c))
+            [Value(owner=o, attribute=attribute, input_sealed=s, cohort=int(c),
+                   raw_sealed=sealing.seal_raw(str(r), owner_id=o.id, attribute_id=attribute.id))
              for o, r, s, c in zip(owners, raws, sealed_inputs, cohorts)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
             [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
@@ -93,26 +94,42 @@ def _extendable(attribute: Attribute, value_ids=None):
 def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None = None, rng=None) -> int:
     """Grow every chain of the attribute whose ceiling passed its next grid point; returns values extended.
 
-    Batches of ``batch_size`` values, each its own transaction: rows are locked
-    (``FOR UPDATE SKIP LOCKED``, so concurrent workers split the work), re-read,
-    advanced by ``chains.grow`` (one ``relax`` call per grid step) and written
-    back set-based.  Idempotent: a second run finds nothing to do.  A worker
-    killed mid-batch leaves that batch untouched (rolled back).
+    Batches of ``batch_size`` values, each its own transaction, taken in
+    value-id order by keyset (memory stays flat in the number of values): the
+    rows are locked (``FOR UPDATE``, blocking, in value-id order as purchases
+    lock them; PostgreSQL re-checks the filter after a wait, so a chain another
+    worker just extended is not extended again), re-read, advanced by
+    ``chains.grow`` (one ``relax`` call per grid step) and written back
+    set-based.  Idempotent: a second run finds nothing to do.  A worker killed
+    mid-batch leaves that batch untouched (rolled back).
     """
     attribute = Attribute.objects.get(id=attribute_id)
     batch_size = batch_size or settings.LDP_EXTENSION_BATCH
-    ids = list(_extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True))
     grid = chains.Grid.of(attribute)
-    extended = 0
-    for start in range(0, len(ids), batch_size):
+    pending = _extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True)
+    extended, last = 0, 0
+    while True:
+        ids = list(pending.filter(value_id__gt=last)[:batch_size])
+        if not ids:
+            return extended
         with transaction.atomic():
-            extended += _extend_batch(attribute, grid, ids[start:start + batch_size], rng)
-    return extended
+            extended += _extend_batch(attribute, grid, ids, rng)
+        last = ids[-1]
 
 
 def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) -> int:
-    locked = (_extendable(attribute, ids).select_for_update(skip_locked=True, of=("self",))
-              .order_by("value_id"))
+    """Lock, re-read, grow and write back one batch (the caller's transaction).
+
+    On PostgreSQL: ``market.pgcopy`` (binary COPY out of the fixed-width fields,
+    binary COPY in of the appended steps, one ``UPDATE ... FROM``).  Elsewhere
+    (SQLite): the generic path below, through the ORM, rewriting whole blobs.
+    Both take the same rows in the same order and call ``chains.grow`` alike.
+    """
+    if pgcopy.enabled():
+        return pgcopy.extend_batch(attribute, grid, ids, rng)
+    # Blocking locks in value-id order (as purchases take them): a chain held by a purchase is waited for,
+    # not skipped, and PostgreSQL re-checks the filter after the wait, so nothing is extended twice.
+    locked = _extendable(attribute, ids).select_for_update(of=("self",)).order_by("value_id")
     rows = list(locked.values_list("value_id", "value__owner_id", "value__input_sealed", "head", "head_output",
                                    "value__budget__ceiling", "epsilons", "outputs", "length"))
     if not rows:
@@ -135,7 +152,7 @@ def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) 
 
 
 def _write_growth(attribute, value_ids, eps_blobs, out_blobs, lengths, growth: chains.Growth, rows) -> None:
-    """Append each row's new steps to its chain (one executemany of full rows)."""
+    """Append each row's new steps to its chain (one executemany of full rows; the generic path)."""
     params = []
     for j, i in enumerate(rows):
         k = int(growth.count[i])
