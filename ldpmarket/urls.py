@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("portal/", include("portal.urls")),
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.

@@ -1,0 +1,273 @@
+"""Views of the owner portal (spec service.md section 5): thin — validate with a form, call one service, render.
+
+Every owner page requires a signed-in owner (others: sign-in redirect, or 403
+for buyers, auditors and staff), is never cached, and reads only the owner's
+own data through ``portal.selectors`` (another owner's value is a 404).
+"""
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.views import LoginView, LogoutView, redirect_to_login
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from accounts.epsilon import EpsilonError
+from accounts.models import User
+from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
+from market.domain import InvalidValue
+from market.services import value_create, value_delete_raw
+
+from . import charts, selectors
+from .forms import CeilingForm, ContributeForm, ScheduleForm, SignInForm, SignUpForm
+from .services import user_signup
+
+
+def owner_required(view):
+    """Signed-in owners only: others are sent to sign in, non-owners get a 403 page. Responses are never cached."""
+
+    @wraps(view)
+    @never_cache
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if request.user.role != User.Role.OWNER:
+            return render(request, "portal/forbidden.html", status=403)
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def owned_value(view):
+    """Inside ``owner_required``: a ``value_id`` that is not the owner's is a 404, whatever the method."""
+
+    @wraps(view)
+    def wrapped(request, value_id: int, *args, **kwargs):
+        if not selectors.owns_value(request.user, value_id):
+            raise Http404("No such value.")
+        return view(request, value_id, *args, **kwargs)
+
+    return wrapped
+
+
+def plain(message) -> str:
+    """A service's message with its exact decimals written plainly (``0.500000`` -> ``0.5``)."""
+    return re.sub(r"\d+\.\d+", lambda m: f"{Decimal(m.group()).normalize():f}", str(message))
+
+
+def _chart(row: selectors.ValueRow, uid: str, **size):
+    b = row.budget
+    desc = (f"Ceiling now ε {charts._eps(b.ceiling)}; privacy spent ε {charts._eps(row.loss)} "
+            f"after {row.releases} release{'s' if row.releases != 1 else ''}.")
+    return charts.ceiling_loss_svg(row.events, uid=uid, description=desc, **size)
+
+
+# ---------------------------------------------------------------------------------------------- sign in/out
+
+class SignInView(LoginView):
+    template_name = "portal/login.html"
+    authentication_form = SignInForm
+    next_page = reverse_lazy("portal:dashboard")
+
+
+class SignOutView(LogoutView):
+    next_page = reverse_lazy("portal:login")
+
+    def post(self, request, *args, **kwargs):
+        response = super().post(request, *args, **kwargs)
+        messages.info(request, "You are signed out.")
+        return response
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def signup(request):
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user = user_signup(username=form.cleaned_data["username"], email=form.cleaned_data["email"],
+                               password=form.cleaned_data["password1"])
+        except ValidationError as exc:
+            form.add_error("username" if getattr(exc, "code", "") == "username_taken" else "password1", exc)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(request, f"Welcome, {user.username}! Your owner account is ready. "
+                                      "Start by contributing a value.")
+            return redirect("portal:dashboard")
+    return render(request, "portal/signup.html", {"form": form})
+
+
+# ------------------------------------------------------------------------------------------------ dashboard
+
+@owner_required
+@require_http_methods(["GET"])
+def dashboard(request):
+    owner = request.user
+    rows = selectors.owner_values(owner)
+    for row in rows:
+        row.chart = _chart(row, f"chart-{row.value.id}", width=480, height=170)
+    return render(request, "portal/dashboard.html", {
+        "rows": rows,
+        "recent": selectors.releases(owner, limit=10),
+        "release_count": selectors.release_count(owner),
+        "earnings": selectors.earnings_total(owner),
+    })
+
+
+@owner_required
+@owned_value
+@require_http_methods(["GET"])
+def value_detail(request, value_id: int):
+    row = selectors.owner_value_row(request.user, value_id)
+    return render(request, "portal/value_detail.html", {
+        "row": row, "value": row.value, "budget": row.budget, "chart": _chart(row, "value-chart"),
+        "releases": selectors.releases(request.user, value_id=value_id),
+        "history": list(reversed(row.events)),
+    })
+
+
+@owner_required
+@require_http_methods(["GET"])
+def releases(request):
+    page, rows = selectors.release_page(request.user, request.GET.get("page"))
+    return render(request, "portal/releases.html", {
+        "page": page, "releases": rows, "earnings": selectors.earnings_total(request.user)})
+
+
+# ----------------------------------------------------------------------------------------------- contribute
+
+@owner_required
+@require_http_methods(["GET"])
+def contribute_choose(request):
+    return render(request, "portal/contribute_choose.html", {"datasets": selectors.attributes_offered(request.user)})
+
+
+@owner_required
+@require_http_methods(["GET", "POST"])
+def contribute(request, attribute_id: int):
+    attribute = selectors.attribute_for_contribution(attribute_id)
+    form = ContributeForm(request.POST or None, attribute=attribute)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        policy = ({"ceiling": data["ceiling"]} if data["policy"] == "fixed" else {"schedule": data["schedule"]})
+        try:
+            value = value_create(owner=request.user, attribute=attribute, raw=str(data["raw"]), **policy)
+        except InvalidValue as exc:
+            form.add_error("raw", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        except (BudgetError, EpsilonError) as exc:
+            form.add_error(None, plain(exc))
+        except IntegrityError:
+            form.add_error(None, "You have already contributed a value to this attribute.")
+        else:
+            messages.success(request, f"Thank you: your value for “{attribute.name}” is now offered for sale "
+                                      "within the budget you set.")
+            return redirect("portal:value", value_id=value.id)
+    existing = selectors.attributes_offered(request.user)
+    already = next((o.contributed_value_id for _, _, offers in existing for o in offers
+                    if o.attribute.id == attribute.id), None)
+    return render(request, "portal/contribute_form.html", {"form": form, "attribute": attribute,
+                                                           "already": already})
+
+
+# -------------------------------------------------------------------------------------------------- budgets
+
+@owner_required
+@owned_value
+@require_http_methods(["GET", "POST"])
+def ceiling(request, value_id: int):
+    row = selectors.owner_value_row(request.user, value_id)
+    form = CeilingForm(request.POST or None, initial={"ceiling": row.budget.ceiling.normalize()})
+    if request.method == "POST" and form.is_valid():
+        try:
+            budget_set_ceiling(value_id=row.value.id, ceiling=form.cleaned_data["ceiling"])
+        except BudgetError as exc:
+            form.add_error("ceiling", plain(exc))
+        else:
+            messages.success(request, f"The ceiling is now ε {form.cleaned_data['ceiling'].normalize():f}.")
+            return redirect("portal:value", value_id=row.value.id)
+    return render(request, "portal/ceiling_form.html", {"form": form, "row": row, "value": row.value})
+
+
+@owner_required
+@owned_value
+@require_http_methods(["GET", "POST"])
+def schedule(request, value_id: int):
+    row = selectors.owner_value_row(request.user, value_id)
+    b = row.budget
+    initial = {"start": b.ceiling.normalize(), "cap": (b.schedule_cap or b.ceiling).normalize(), "duration": 30,
+               "unit": "days", "shape": b.schedule_shape or "linear", "steps": b.schedule_steps}
+    form = ScheduleForm(request.POST or None, initial=initial)
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        s = form.cleaned_data["schedule"]
+        if request.POST.get("action") == "save":
+            try:
+                budget_set_schedule(value_id=row.value.id, schedule=s, now=form.now)
+            except BudgetError as exc:
+                form.add_error(None, plain(exc))
+            else:
+                messages.success(request, f"Schedule set: the ceiling grows from ε {s.start.normalize():f} to "
+                                          f"ε {s.cap.normalize():f} by {timezone.localtime(s.end_at):%d %b %Y %H:%M}.")
+                return redirect("portal:value", value_id=row.value.id)
+        args = {"start": s.start, "cap": s.cap, "start_at": s.start_at, "end_at": s.end_at, "shape": s.shape,
+                "steps": s.steps}
+        preview = {"rows": charts.preview_rows(**args), "too_low": s.start < row.loss, "schedule": s,
+                   "svg": charts.schedule_svg(**args, loss=row.loss, uid="preview-chart")}
+    return render(request, "portal/schedule_form.html", {"form": form, "row": row, "value": row.value,
+                                                         "preview": preview})
+
+
+@owner_required
+@owned_value
+@require_POST
+def pause(request, value_id: int):
+    value = selectors.owner_value(request.user, value_id)
+    budget_set_paused(value_id=value.id, paused=True)
+    messages.success(request, "Sales of this value are paused: it is left out of every new purchase.")
+    return redirect("portal:value", value_id=value.id)
+
+
+@owner_required
+@owned_value
+@require_POST
+def resume(request, value_id: int):
+    value = selectors.owner_value(request.user, value_id)
+    budget_set_paused(value_id=value.id, paused=False)
+    messages.success(request, "Sales of this value are resumed.")
+    return redirect("portal:value", value_id=value.id)
+
+
+@owner_required
+@owned_value
+@require_http_methods(["GET", "POST"])
+def delete_raw(request, value_id: int):
+    row = selectors.owner_value_row(request.user, value_id)
+    if request.method == "POST":
+        value_delete_raw(value_id=row.value.id)
+        messages.success(request, f"Your raw value was deleted. The chain stays sellable up to its head "
+                                  f"(ε {row.head.normalize():f}) and can no longer grow.")
+        return redirect("portal:value", value_id=row.value.id)
+    return render(request, "portal/delete_raw_confirm.html", {"row": row, "value": row.value})
+
+
+# --------------------------------------------------------------------------------------------------- export
+
+@owner_required
+@require_http_methods(["GET"])
+def export(request):
+    data = selectors.export(request.user)
+    response = HttpResponse(json.dumps(data, indent=2, ensure_ascii=False), content_type="application/json")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="ldpmarket-{request.user.username}-{stamp}.json"'
+    return response

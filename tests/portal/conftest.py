@@ -1,0 +1,101 @@
+"""Fixtures for the owner-portal tests: owners with values, buyers with credit, purchases through the service."""
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from accounts.models import MoneyAccount, MoneyEntry
+from market.pricing import DEFAULT_POLICY
+from tests.factories import (AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, PASSWORD,
+                             StaffFactory)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(settings):
+    """A private in-memory cache per test: sign-in throttling never leaks between tests."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": f"portal-tests-{uuid.uuid4()}"}}
+
+
+def fund(user, amount) -> MoneyAccount:
+    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    account.balance += Decimal(str(amount))
+    account.save(update_fields=["balance"])
+    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
+                              memo="test deposit")
+    return account
+
+
+def contribute_one(owner, attribute, raw, *, seed=0, **policy):
+    from market.services import values_create_many
+
+    policy = policy or {"ceiling": "2"}
+    return values_create_many(attribute=attribute, owners=[owner], raws=[raw], rng=np.random.default_rng(seed),
+                              **policy)[0]
+
+
+def purchase(buyer, attribute, epsilon, *, seed=0):
+    """A completed purchase through the purchase services (what POST /api/v1/purchases/ runs)."""
+    from market.purchases import purchase_claim, purchase_execute
+
+    p, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon=epsilon, cohort=None,
+                          idempotency_key=uuid.uuid4().hex)
+    return purchase_execute(purchase_id=p.id, rng=np.random.default_rng(seed))
+
+
+@pytest.fixture
+def password():
+    return PASSWORD
+
+
+@pytest.fixture
+def owner(db):
+    return OwnerFactory(email="alice@example.org")
+
+
+@pytest.fixture
+def other_owner(db):
+    return OwnerFactory(email="bob@example.org")
+
+
+@pytest.fixture
+def buyer(db):
+    user = BuyerFactory(username="secret-buyer-name", email="buyer-secret@example.org",
+                        organisation="Institute of Careful Statistics")
+    fund(user, "100")
+    return user
+
+
+@pytest.fixture
+def auditor(db):
+    return AuditorFactory()
+
+
+@pytest.fixture
+def staff(db):
+    return StaffFactory()
+
+
+@pytest.fixture
+def attribute(db):
+    return CategoricalAttributeFactory(name="favourite colour", labels=["red", "green", "blue"],
+                                       price_policy=DEFAULT_POLICY)
+
+
+@pytest.fixture
+def value(owner, attribute):
+    return contribute_one(owner, attribute, "green", ceiling="2")
+
+
+@pytest.fixture
+def other_value(other_owner, attribute):
+    return contribute_one(other_owner, attribute, "blue", ceiling="3", seed=1)
+
+
+@pytest.fixture
+def owner_client(client, owner):
+    client.force_login(owner)
+    return client

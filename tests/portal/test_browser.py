@@ -1,0 +1,243 @@
+"""The owner portal in a real browser (Playwright for Python driving Debian's Chromium) against a live server.
+
+A new owner signs up, contributes a value, previews and sets a schedule, sees a
+purchase a buyer makes through the REST API (real HTTP against the live server)
+with what they earned, raises the ceiling (and is refused when lowering it below
+the privacy spent), pauses sales, exports their data and checks the JSON,
+deletes the raw value, signs out and back in with the keyboard only.
+
+A screenshot of every page goes to ``test-artifacts/portal/`` (git-ignored).
+Skipped, saying why, when Playwright or ``/usr/bin/chromium`` is missing
+(CI installs both: ``apt-get install -y chromium``, ``pip install playwright``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test are still synchronous.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "portal"
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None,
+                       reason="Playwright for Python is not installed (pip install playwright; CI installs it)"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium; CI installs it)"),
+]
+
+PASSWORD = "a long and unusual passphrase 42"
+
+
+@pytest.fixture
+def browser_page():
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob("*.png"):
+        old.unlink()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        try:
+            yield page
+        finally:
+            # ORM calls made while Playwright's loop runs get their own connection (asgiref's context-local
+            # storage): close it here, or PostgreSQL cannot drop the test database at the end of the session.
+            connections.close_all()
+            context.close()
+            browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def api(base: str, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # pragma: no cover - shown on failure
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_page, transactional_db):
+    from accounts.models import MoneyAccount, MoneyEntry, User
+    from market.models import Value
+    from market.pricing import DEFAULT_POLICY
+    from tests.factories import BuyerFactory, CategoricalAttributeFactory, DatasetFactory
+    from tests.portal.conftest import fund
+
+    page, base = browser_page, live_server.url
+    dataset = DatasetFactory(title="Health survey 2031", description="How people feel this spring.")
+    attribute = CategoricalAttributeFactory(dataset=dataset, name="mood", labels=["good", "fair", "poor"],
+                                            price_policy=DEFAULT_POLICY, description="How do you feel today?")
+    buyer = BuyerFactory(username="api-buyer", email="api-buyer@example.org", organisation="Open Health Lab")
+    fund(buyer, "50")
+
+    # 1. Sign up.
+    page.goto(f"{base}/portal/")
+    expect(page).to_have_url(f"{base}/portal/login/?next=/portal/")
+    shot(page, "01-sign-in")
+    page.get_by_role("link", name="Create an owner account").click()
+    page.get_by_label("Username").fill("carol")
+    page.get_by_label("Email").fill("carol@example.org")
+    page.get_by_label("Password", exact=True).fill("short")
+    page.get_by_label("Password again").fill("short")
+    page.get_by_role("button", name="Create account").click()
+    expect(page.get_by_role("alert")).to_contain_text("too short")
+    shot(page, "02-sign-up-errors")
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Password again").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page.get_by_role("heading", name="Your values")).to_be_visible()
+    expect(page.get_by_role("status")).to_contain_text("Welcome, carol")
+    owner = User.objects.get(username="carol")
+    assert owner.role == User.Role.OWNER and owner.check_password(PASSWORD)
+    shot(page, "03-dashboard-empty")
+
+    # 2. Contribute a value (fixed ceiling 1).
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Contribute").click()
+    shot(page, "04-contribute-choose")
+    page.get_by_role("link", name="Contribute to mood").click()
+    select = page.get_by_label("Your value for “mood”")
+    assert select.evaluate("e => e.tagName") == "SELECT"
+    select.select_option("fair")
+    page.get_by_label("A fixed ceiling").check()
+    page.get_by_label("Ceiling (ε)").fill("1")
+    shot(page, "05-contribute-form")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.get_by_role("heading", name="Health survey 2031 / mood")).to_be_visible()
+    value = Value.objects.get(owner=owner, attribute=attribute)
+    expect(page.locator(".raw")).to_have_text("fair")
+    expect(page.locator("svg.chart")).to_be_visible()
+    shot(page, "06-value")
+
+    # 3. Set a schedule: preview first (nothing saved), then set it.
+    page.get_by_role("link", name="Set a release schedule").click()
+    page.get_by_label("Starting ε (now)").fill("1")
+    page.get_by_label("Final ε (cap)").fill("3")
+    page.get_by_label("Duration", exact=True).fill("30")
+    page.get_by_label("Duration unit").select_option("days")
+    page.get_by_label("In equal steps").check()
+    page.get_by_label("Number of steps").fill("4")
+    page.get_by_role("button", name="Preview").click()
+    preview = page.locator("#preview")
+    expect(preview.get_by_role("table")).to_contain_text("1.5")  # 1 + 2 * floor(4 * 0.25) / 4
+    expect(preview.locator("svg.chart")).to_be_visible()
+    assert value.budget.__class__.objects.get(value=value).schedule_shape == ""
+    shot(page, "07-schedule-preview")
+    page.get_by_role("button", name="Set schedule").click()
+    expect(page.get_by_role("status")).to_contain_text("Schedule set")
+    expect(page.locator(".facts")).to_contain_text("in 4 steps")
+    shot(page, "08-value-scheduled")
+
+    # 4. A buyer purchases through the REST API (real HTTP against the live server).
+    status, body = api(base, "/api/v1/auth/token/", {"username": "api-buyer", "password": "correct horse battery staple"})
+    assert status == 200, body
+    status, body = api(base, "/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "0.8"},
+                       {"Authorization": f"Token {body['token']}", "Idempotency-Key": uuid.uuid4().hex})
+    assert status == 201, body
+    assert body["included"] == 1
+    earned = MoneyEntry.objects.get(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS).amount
+    assert earned > 0
+    earned_text = f"{earned.quantize(Decimal('0.0001')):f}"
+
+    page.get_by_role("link", name="Dashboard").first.click()
+    recent = page.get_by_role("table", name="Your ten most recent releases")
+    expect(recent).to_contain_text("Open Health Lab")
+    expect(recent).to_contain_text("0.8")
+    expect(recent).to_contain_text(earned_text)
+    expect(page.locator("#earnings-total")).to_have_text(earned_text)
+    page_text = page.content()
+    assert "api-buyer" not in page_text, "the buyer's username must never reach an owner"
+    shot(page, "09-dashboard-with-release")
+    page.get_by_role("link", name="Releases & earnings").click()
+    expect(page.locator("#earnings-total")).to_have_text(earned_text)
+    expect(page.get_by_role("table")).to_contain_text("Open Health Lab")
+    shot(page, "10-releases")
+
+    # 5. Lowering the ceiling below the privacy spent is refused with the reason; raising it works.
+    page.get_by_role("table").get_by_role("link", name="Health survey 2031 / mood").click()
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("0.5")
+    page.get_by_role("button", name="Save the ceiling").click()
+    expect(page.get_by_role("alert")).to_contain_text("already been spent")
+    shot(page, "11-ceiling-refused")
+    page.get_by_label("New ceiling (ε)").fill("4")
+    page.get_by_role("button", name="Save the ceiling").click()
+    expect(page.get_by_role("status")).to_contain_text("The ceiling is now ε 4")
+    expect(page.locator(".facts")).to_contain_text("Fixed ceiling ε 4")
+    expect(page.locator("meter")).to_have_attribute("value", "0.8")
+
+    # 6. Pause sales.
+    page.get_by_role("button", name="Pause sales").click()
+    expect(page.locator(".badge.paused")).to_be_visible()
+    shot(page, "12-value-paused")
+
+    # 7. Export: download the JSON and check it.
+    page.get_by_role("link", name="Dashboard").first.click()
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Export my data (JSON)").click()
+    exported = json.loads(Path(download_info.value.path()).read_text())
+    assert exported["owner"]["username"] == "carol"
+    [v] = exported["values"]
+    assert v["raw_value"] == "fair" and v["attribute"] == "mood"
+    assert v["budget"]["ceiling"] == "4.000000" and v["budget"]["paused"] is True
+    assert v["budget"]["chain_loss"] == "0.800000" and v["budget"]["schedule"] is None
+    assert Decimal(v["chain"]["head"]) == Decimal("4")
+    [release] = v["releases"]
+    assert release["organisation"] == "Open Health Lab" and release["epsilon"] == "0.800000"
+    assert Decimal(release["earned"]) == earned and Decimal(exported["earnings"]["total"]) == earned
+    assert [h["event"] for h in v["history"]] == ["ceiling", "schedule", "chain_release", "ceiling", "pause"]
+    assert "api-buyer" not in json.dumps(exported)
+
+    # 8. Delete the raw value (confirmation page first).
+    page.get_by_role("link", name="Details of mood").click()
+    page.get_by_role("link", name="Delete the raw value…").click()
+    expect(page.get_by_role("heading", name="Delete your raw value?")).to_be_visible()
+    shot(page, "13-delete-confirm")
+    page.get_by_role("button", name="Yes, delete my raw value").click()
+    expect(page.get_by_role("status")).to_contain_text("stays sellable up to its head")
+    expect(page.get_by_role("status")).to_contain_text("can no longer grow")
+    assert Value.objects.get(id=value.id).raw_sealed is None
+    shot(page, "14-value-raw-deleted")
+    shot_dashboard = page.get_by_role("link", name="Dashboard").first
+    shot_dashboard.click()
+    shot(page, "15-dashboard-final")
+
+    # 9. Sign out, then sign in again with the keyboard only.
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("#id_username")).to_be_focused()  # the sign-in form focuses the username
+    page.keyboard.type("carol")
+    page.keyboard.press("Tab")
+    expect(page.locator("#id_password")).to_be_focused()
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Your values")).to_be_visible()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to main content")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    assert len(list(ARTIFACTS.glob("*.png"))) == 15
+
+
