@@ -1,0 +1,439 @@
+"""The admin console for auditing budgets (spec service.md section 6).
+
+Who may do what is decided by role (``accounts.roles``), not by Django model
+permissions:
+
+* auditors, staff and superusers read every model registered here and the
+  audit pages (``/admin/accounts/ledgerentry/audit/``, ``.../privacy-audit/``,
+  ``.../overview/``, ``.../export/``);
+* auditors change nothing: add, change and delete are refused (403) everywhere,
+  and POSTs to change lists too;
+* the ledger, budgets, chains, values, purchases and money are read-only for
+  everybody, superusers included (no add, change or delete, no actions): they
+  change only through the services that write the hash-chained ledger;
+* staff and superusers curate datasets, attributes and users, and alone see an
+  opened raw value (on a value's page) and unreleased chain steps.
+
+Users enter the admin with ``is_staff``; ``accounts.roles.grant_role`` keeps it
+in step with the role.
+"""
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.core.exceptions import PermissionDenied
+from django.db.models import F, Q
+from django.http import StreamingHttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
+from .roles import can_audit, is_staff_role, sync_staff_flag
+
+admin.site.site_header = "ldpmarket console"
+admin.site.site_title = "ldpmarket console"
+admin.site.index_title = "Audit and administration"
+admin.site.index_template = "admin/ldp/index.html"
+
+
+# =============================================================================================
+# Access by role
+# =============================================================================================
+
+class AuditMixin:
+    """Read access for auditors and staff; writes only for staff, and only where ``editable``."""
+
+    editable = False  # curation models: staff (and superusers) may add, change and delete
+
+    def has_module_permission(self, request):
+        return can_audit(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        return can_audit(request.user)
+
+    def has_add_permission(self, request, obj=None):
+        return self.editable and is_staff_role(request.user)
+
+    def has_change_permission(self, request, obj=None):
+        return self.editable and is_staff_role(request.user)
+
+    def has_delete_permission(self, request, obj=None):
+        return self.editable and is_staff_role(request.user)
+
+    def get_actions(self, request):
+        if not self.has_delete_permission(request):
+            return {}
+        return super().get_actions(request)
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and not self.has_change_permission(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+
+class IdSearchMixin:
+    """Search by exact ids (digits) and by username, on indexed local columns (no casts of ids to text).
+
+    ``search_users`` are paths to a user: ``"owner"`` (a local foreign key) or
+    ``"value__owner"`` (a local foreign key, then a path from its model); each
+    becomes ``<local>_id IN (subquery)``, which an index on the local column
+    serves, instead of an OR across joins that would scan the whole table.
+    """
+
+    search_fields = ("pk",)  # shows the search box; the lookups are below
+    search_ids: tuple[str, ...] = ("pk",)
+    search_users: tuple[str, ...] = ()
+
+    def _user_lookup(self, path: str, term: str) -> Q:
+        users = User.objects.filter(username__iexact=term).values("pk")
+        local, _, rest = path.partition("__")
+        if not rest:
+            return Q(**{f"{local}_id__in": users})
+        related = self.model._meta.get_field(local).related_model
+        return Q(**{f"{local}_id__in": related.objects.filter(**{f"{rest}_id__in": users}).values("pk")})
+
+    def get_search_results(self, request, queryset, search_term):
+        term = (search_term or "").strip()
+        if not term:
+            return queryset, False
+        q = Q(pk__in=[])
+        if term.isdigit():
+            for name in self.search_ids:
+                q |= Q(**{name: int(term)})
+        for user_path in self.search_users:
+            q |= self._user_lookup(user_path, term)
+        return queryset.filter(q), False
+
+
+class ReadOnlyAdmin(AuditMixin, IdSearchMixin, admin.ModelAdmin):
+    actions = None
+    show_full_result_count = False
+
+
+def admin_link(model: str, pk, text=None):
+    if pk is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', reverse(f"admin:{model}_change", args=[pk]), text or pk)
+
+
+def usage_bar(loss, ceiling):
+    share = float(loss / ceiling) if ceiling else (1.0 if loss else 0.0)
+    pct = max(0, min(100, round(share * 100)))
+    colour = "#ba2121" if pct >= 100 else "#e0a000" if pct >= 80 else "#417690"
+    return format_html('<div title="{}%" style="width:100px;height:8px;background:#e8e8e8;display:inline-block">'
+                       '<div style="width:{}%;height:8px;background:{}"></div></div> {}%', pct, pct, colour, pct)
+
+
+# =============================================================================================
+# Users
+# =============================================================================================
+
+@admin.register(User)
+class UserAdmin(AuditMixin, DjangoUserAdmin):
+    editable = True
+    list_display = ("username", "role", "organisation", "is_staff", "is_active", "is_superuser", "date_joined")
+    list_filter = ("role", "is_staff", "is_active", "is_superuser")
+    search_fields = ("username", "email", "organisation")
+    fieldsets = DjangoUserAdmin.fieldsets[:1] + (
+        ("Role", {"fields": ("role", "organisation"),
+                  "description": "Auditors and staff enter this console (is_staff follows the role)."}),
+    ) + DjangoUserAdmin.fieldsets[1:]
+    add_fieldsets = DjangoUserAdmin.add_fieldsets + (("Role", {"fields": ("role", "organisation")}),)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        fields.append("is_staff")  # follows the role (accounts.roles.grant_role)
+        if not request.user.is_superuser:
+            fields += ["is_superuser", "groups", "user_permissions"]
+        return fields
+
+    def save_model(self, request, obj, form, change):
+        sync_staff_flag(obj)
+        super().save_model(request, obj, form, change)
+
+
+# =============================================================================================
+# Budgets
+# =============================================================================================
+
+class UsageFilter(admin.SimpleListFilter):
+    title = "budget spent"
+    parameter_name = "usage"
+
+    def lookups(self, request, model_admin):
+        return [("none", "nothing spent"), ("some", "partly spent"), ("high", "80% or more spent"),
+                ("exhausted", "exhausted (loss = ceiling)")]
+
+    def queryset(self, request, queryset):
+        v = self.value()
+        if v == "none":
+            return queryset.filter(chain_loss=0, oneshot_loss=0)
+        if v == "some":
+            return queryset.filter(loss_total__gt=0, loss_total__lt=F("ceiling"))
+        if v == "high":
+            return queryset.filter(loss_total__gt=0, loss_total__gte=F("ceiling") * 0.8)
+        if v == "exhausted":
+            return queryset.filter(loss_total__gt=0, loss_total__gte=F("ceiling"))
+        return queryset
+
+
+@admin.register(BudgetAccount)
+class BudgetAccountAdmin(ReadOnlyAdmin):
+    list_display = ("value_link", "owner", "attribute", "loss", "ceiling", "usage", "chain_loss", "oneshot_loss",
+                    "paused", "policy")
+    list_filter = ("paused", "schedule_shape", UsageFilter, ("value__attribute", admin.RelatedFieldListFilter))
+    search_ids = ("value_id",)
+    search_users = ("value__owner",)
+    search_help_text = "A value id, or an owner's username."
+    ordering = ("value_id",)
+    fields = ("value_link", "owner", "attribute", "loss", "ceiling", "usage", "chain_loss", "oneshot_loss", "paused",
+              "policy", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape",
+              "schedule_steps", "updated_at", "ledger")
+    readonly_fields = ("value_link", "owner", "attribute", "loss", "usage", "policy", "ledger")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            loss_total=F("chain_loss") + F("oneshot_loss"), owner_name=F("value__owner__username"),
+            attribute_name=F("value__attribute__name"), dataset_title=F("value__attribute__dataset__title"))
+
+    @admin.display(description="value", ordering="value_id")
+    def value_link(self, obj):
+        return admin_link("market_value", obj.value_id)
+
+    @admin.display(description="owner", ordering="owner_name")
+    def owner(self, obj):
+        return obj.owner_name
+
+    @admin.display(description="attribute", ordering="value__attribute_id")
+    def attribute(self, obj):
+        return f"{obj.dataset_title} / {obj.attribute_name}"
+
+    @admin.display(description="loss", ordering="loss_total")
+    def loss(self, obj):
+        return obj.chain_loss + obj.oneshot_loss
+
+    @admin.display(description="loss / ceiling")
+    def usage(self, obj):
+        return usage_bar(obj.chain_loss + obj.oneshot_loss, obj.ceiling)
+
+    @admin.display(description="policy")
+    def policy(self, obj):
+        if not obj.schedule_shape:
+            return "fixed"
+        steps = f" in {obj.schedule_steps} steps" if obj.schedule_shape == "steps" else " linearly"
+        return (f"{obj.schedule_start} -> {obj.schedule_cap}{steps}, "
+                f"{obj.schedule_start_at:%Y-%m-%d} to {obj.schedule_end_at:%Y-%m-%d}")
+
+    @admin.display(description="ledger")
+    def ledger(self, obj):
+        url = reverse("admin:accounts_ledgerentry_changelist") + f"?value={obj.value_id}"
+        n = LedgerEntry.objects.filter(value_id=obj.value_id).count()
+        return format_html('<a href="{}">{} ledger entries</a>', url, n)
+
+
+# =============================================================================================
+# The ledger (read-only for everybody) and the audit pages
+# =============================================================================================
+
+class AttributeListFilter(admin.SimpleListFilter):
+    title = "attribute"
+    parameter_name = "attribute"
+
+    def lookups(self, request, model_admin):
+        from market.models import Attribute
+
+        return [(a.id, str(a)) for a in Attribute.objects.select_related("dataset").order_by("id")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(value__attribute_id=self.value()) if self.value() else queryset
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon", "chain_change",
+                    "oneshot_change", "ceiling", "block_link")
+    list_filter = ("kind", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
+    search_ids = ("value_id", "purchase_id", "block_id")
+    search_users = ("value__owner", "purchase__buyer")
+    search_help_text = "A value, purchase or block id, or an owner's or buyer's username."
+    ordering = ("-id",)
+    fields = ("id", "block_link", "created_at", "kind", "value_link", "purchase_link", "epsilon",
+              "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after", "ceiling",
+              "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape",
+              "schedule_steps")
+    readonly_fields = ("id", "block_link", "value_link", "purchase_link")
+    change_list_template = "admin/ldp/ledgerentry_change_list.html"
+
+    @admin.display(description="value", ordering="value_id")
+    def value_link(self, obj):
+        return admin_link("market_value", obj.value_id)
+
+    @admin.display(description="purchase", ordering="purchase_id")
+    def purchase_link(self, obj):
+        return admin_link("market_purchase", obj.purchase_id)
+
+    @admin.display(description="block", ordering="block_id")
+    def block_link(self, obj):
+        return admin_link("accounts_ledgerblock", obj.block_id)
+
+    @admin.display(description="chain loss")
+    def chain_change(self, obj):
+        if obj.chain_loss_before == obj.chain_loss_after:
+            return obj.chain_loss_after
+        return f"{obj.chain_loss_before} -> {obj.chain_loss_after}"
+
+    @admin.display(description="one-shot loss")
+    def oneshot_change(self, obj):
+        if obj.oneshot_loss_before == obj.oneshot_loss_after:
+            return obj.oneshot_loss_after
+        return f"{obj.oneshot_loss_before} -> {obj.oneshot_loss_after}"
+
+    # ----------------------------------------------------------------------------- audit pages
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("audit/", wrap(self.audit_view), name="ldp_audit_budgets"),
+            path("privacy-audit/", wrap(self.privacy_view), name="ldp_privacy_audit"),
+            path("overview/", wrap(self.overview_view), name="ldp_overview"),
+            path("export/", wrap(self.export_view), name="ldp_export_ledger"),
+        ] + super().get_urls()
+
+    def _context(self, request, title: str, **extra):
+        if not can_audit(request.user):
+            raise PermissionDenied
+        return {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta, **extra}
+
+    def audit_view(self, request):
+        from .audit import audit_budgets
+
+        context = self._context(request, "Budget audit")
+        anchor = request.GET.get("anchor", "").strip()
+        report = audit_budgets(anchor=anchor or None)
+        return TemplateResponse(request, "admin/ldp/audit_budgets.html",
+                                {**context, "report": report, "anchor": anchor})
+
+    def privacy_view(self, request):
+        from .audit import data_uri, privacy_audit
+
+        context = self._context(request, "Privacy audit by inference")
+        try:
+            sample = min(max(int(request.GET.get("sample", 1000)), 2), 20000)
+            levels = min(max(int(request.GET.get("levels", 10)), 1), 50)
+        except ValueError:
+            sample, levels = 1000, 10
+        attribute = request.GET.get("attribute", "")
+        ids = [int(attribute)] if attribute.isdigit() else None
+        report = privacy_audit(sample=sample, levels=levels, attribute_ids=ids)
+        return TemplateResponse(request, "admin/ldp/privacy_audit.html", {
+            **context, "report": report, "plot": data_uri(report.png), "sample": sample, "levels": levels,
+            "attribute": attribute})
+
+    def overview_view(self, request):
+        from .audit import data_uri, overview
+
+        context = self._context(request, "Overview")
+        ov = overview()
+        return TemplateResponse(request, "admin/ldp/overview.html", {
+            **context, "overview": ov, "loss_plot": data_uri(ov.loss_png), "sales_plot": data_uri(ov.sales_png)})
+
+    def export_view(self, request):
+        from .audit import export_csv_rows
+        from .audit_api import LedgerEntryFilter
+
+        context = self._context(request, "Export the ledger as CSV")
+        data = {k: v for k, v in request.GET.items() if k in LedgerEntryFilter.base_filters and v != ""}
+        fs = LedgerEntryFilter(data=data, queryset=LedgerEntry.objects.all())
+        if request.GET.get("download") and fs.is_valid():
+            stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+            response = StreamingHttpResponse(export_csv_rows(fs.qs), content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="ledger-{stamp}.csv"'
+            return response
+        status = 400 if request.GET.get("download") else 200
+        return TemplateResponse(request, "admin/ldp/export_ledger.html",
+                                {**context, "filterset": fs, "form": fs.form}, status=status)
+
+
+@admin.register(LedgerBlock)
+class LedgerBlockAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "entry_count", "short_hash", "short_prev")
+    ordering = ("-id",)
+    search_ids = ("id",)
+    fields = ("id", "created_at", "entry_count", "prev_hash", "hash", "entries")
+    readonly_fields = ("id", "entries")
+
+    @admin.display(description="hash")
+    def short_hash(self, obj):
+        return obj.hash[:16] + "..."
+
+    @admin.display(description="previous hash")
+    def short_prev(self, obj):
+        return obj.prev_hash[:16] + "..."
+
+    @admin.display(description="entries")
+    def entries(self, obj):
+        url = reverse("admin:accounts_ledgerentry_changelist") + f"?block={obj.id}"
+        return format_html('<a href="{}">the {} entries of this block</a>', url, obj.entry_count)
+
+
+@admin.register(LedgerHead)
+class LedgerHeadAdmin(ReadOnlyAdmin):
+    list_display = ("id", "last_block", "head_hash")
+    fields = ("id", "last_block", "head_hash")
+    readonly_fields = ("head_hash",)
+
+    @admin.display(description="hash of the last block")
+    def head_hash(self, obj):
+        return obj.last_block.hash if obj.last_block_id else "-"
+
+
+# =============================================================================================
+# Money (read-only)
+# =============================================================================================
+
+@admin.register(MoneyAccount)
+class MoneyAccountAdmin(ReadOnlyAdmin):
+    list_display = ("id", "owner_of_account", "kind", "balance")
+    list_filter = ("kind",)
+    list_select_related = ("user",)
+    search_ids = ("id", "user_id")
+    search_users = ("user",)
+    search_help_text = "An account or user id, or a username."
+    ordering = ("id",)
+    fields = ("id", "owner_of_account", "kind", "balance", "entries")
+    readonly_fields = ("id", "owner_of_account", "entries")
+
+    @admin.display(description="user", ordering="user__username")
+    def owner_of_account(self, obj):
+        return admin_link("accounts_user", obj.user_id, obj.user.username) if obj.user_id else "platform"
+
+    @admin.display(description="entries")
+    def entries(self, obj):
+        url = reverse("admin:accounts_moneyentry_changelist") + f"?account={obj.id}"
+        return format_html('<a href="{}">{} movements</a>', url, obj.entries.count())
+
+
+@admin.register(MoneyEntry)
+class MoneyEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "account_name", "purchase_link", "amount", "balance_after", "memo")
+    list_filter = ("account__kind", ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("account__user",)
+    search_ids = ("account_id", "purchase_id")
+    search_users = ("account__user",)
+    search_help_text = "An account or purchase id, or a username."
+    ordering = ("-id",)
+    fields = ("id", "created_at", "account_name", "purchase_link", "amount", "balance_after", "memo")
+    readonly_fields = ("id", "created_at", "account_name", "purchase_link")
+
+    @admin.display(description="account", ordering="account_id")
+    def account_name(self, obj):
+        a = obj.account
+        who = a.user.username if a.user_id else "platform"
+        return admin_link("accounts_moneyaccount", a.id, f"{who} ({a.get_kind_display()}, #{a.id})")
+
+    @admin.display(description="purchase", ordering="purchase_id")
+    def purchase_link(self, obj):
+        return admin_link("market_purchase", obj.purchase_id)
+

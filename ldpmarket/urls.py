@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("portal/", include("portal.urls")),
+    path("api/v1/audit/", include("accounts.audit_urls")),
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.

@@ -1,0 +1,30 @@
+"""``python manage.py audit_budgets``: re-check every budget invariant from the ledger (spec service.md 2 and 6).
+
+Prints a report (sections with PASS/FAIL, counts, the first offending rows) and
+exits 0 only when everything holds; any violation exits 1.
+"""
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from accounts.audit import audit_budgets, report_json
+
+
+class Command(BaseCommand):
+    help = ("Re-prove the privacy budgets from the ledger: hash chain, per-value replay against the ceilings in "
+            "force, budget rows, purchases and money. Exit status 1 on any violation.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--examples", type=int, default=5, help="offending rows shown per failed check")
+        parser.add_argument("--anchor", default="",
+                            help="a block hash recorded earlier (e.g. a previous report's ledger head): it must "
+                                 "still be in the chain, which also catches a rewrite that recomputed every hash")
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def handle(self, *args, examples, anchor, json, **options):
+        report = audit_budgets(examples=examples, anchor=anchor or None)
+        self.stdout.write(report_json(report) if json else report.as_text())
+        if not report.ok:
+            failed = report.failed
+            raise CommandError(f"budget audit FAILED: {len(failed)} check(s) violated "
+                               f"({sum(c.failures for c in failed)} offending rows)")

@@ -1,0 +1,288 @@
+"""Admin console for the market's models (spec service.md section 6; access rules in ``accounts.admin``).
+
+Datasets and attributes are curated by staff; values, chains, purchases,
+released outputs and holdings are read-only for everybody.  No page ever shows
+a sealed column: a value's raw datum is opened and shown on its page to staff
+only, and a chain's steps above its released epsilon (never sold, so never
+paid for in privacy) are shown to staff only.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from django.contrib import admin
+from django.db.models import Count, F
+from django.urls import reverse
+from django.utils.html import format_html
+
+from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, usage_bar
+from accounts.epsilon import MICRO, to_micro
+from accounts.roles import is_staff_role
+
+from . import chains, domain, sealing
+from .models import Attribute, Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
+
+log = logging.getLogger("ldpmarket.audit")
+
+#: Steps of a chain listed on its page at most (the first and last halves when longer).
+MAX_STEPS_SHOWN = 400
+
+
+def output_labels(attribute: Attribute):
+    """A function from a step's outputs (width,) to readable text."""
+    if attribute.kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY):
+        labels = domain.labels_of(attribute)
+        return lambda out: labels[int(out[0])] if 0 <= int(out[0]) < len(labels) else f"? ({int(out[0])})"
+    if attribute.kind == Attribute.Kind.NUMERIC:
+        return lambda out: f"{'high' if int(out[0]) else 'low'} ({attribute.high if int(out[0]) else attribute.low})"
+    return lambda out: "".join(str(int(b)) for b in out)
+
+
+# =============================================================================================
+# Curation (staff)
+# =============================================================================================
+
+@admin.register(Dataset)
+class DatasetAdmin(AuditMixin, admin.ModelAdmin):
+    editable = True
+    list_display = ("id", "title", "curator", "attributes", "created_at")
+    search_fields = ("title", "description")
+    list_select_related = ("curator",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n_attributes=Count("attributes"))
+
+    @admin.display(description="attributes", ordering="n_attributes")
+    def attributes(self, obj):
+        return obj.n_attributes
+
+
+@admin.register(Attribute)
+class AttributeAdmin(AuditMixin, admin.ModelAdmin):
+    editable = True
+    list_display = ("id", "dataset", "name", "kind", "mechanism", "grid", "created_at")
+    list_filter = ("kind", "mechanism", "dataset")
+    list_select_related = ("dataset",)
+    search_fields = ("name", "dataset__title")
+    #: Fixed once values exist: changing them would change what stored chains and inputs mean.
+    FROZEN = ("kind", "labels", "low", "high", "num_bits", "num_hashes", "num_cohorts", "mechanism", "grid_start",
+              "grid_step", "grid_stop")
+
+    @admin.display(description="epsilon grid")
+    def grid(self, obj):
+        return f"{obj.grid_start}, {obj.grid_start + obj.grid_step}, ... {obj.grid_stop}"
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.values.exists():
+            fields += [f for f in self.FROZEN if f not in fields]
+        return fields
+
+
+# =============================================================================================
+# Values and chains (read-only; raw data and unreleased steps for staff only)
+# =============================================================================================
+
+class RawPresentFilter(admin.SimpleListFilter):
+    title = "raw datum"
+    parameter_name = "raw"
+
+    def lookups(self, request, model_admin):
+        return [("present", "present"), ("deleted", "deleted by its owner")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "present":
+            return queryset.filter(raw_deleted_at__isnull=True)
+        if self.value() == "deleted":
+            return queryset.filter(raw_deleted_at__isnull=False)
+        return queryset
+
+
+@admin.register(Value)
+class ValueAdmin(ReadOnlyAdmin):
+    list_display = ("id", "owner", "attribute", "cohort", "raw_present", "withdrawn", "loss", "ceiling",
+                    "created_at")
+    list_filter = (RawPresentFilter, ("withdrawn_at", admin.EmptyFieldListFilter), "attribute")
+    search_ids = ("id",)
+    search_users = ("owner",)
+    search_help_text = "A value id, or an owner's username."
+    ordering = ("-id",)
+    fields = ("id", "owner", "attribute", "cohort", "created_at", "raw_present", "raw_deleted_at", "withdrawn_at",
+              "budget_link", "chain_link")
+    readonly_fields = ("id", "raw_present", "budget_link", "chain_link")
+
+    def get_queryset(self, request):
+        # The sealed columns are never read here (the raw value is opened separately, for staff only).
+        return (super().get_queryset(request).defer("raw_sealed", "input_sealed")
+                .select_related("owner", "attribute__dataset", "budget"))
+
+    @admin.display(description="raw datum", boolean=True)
+    def raw_present(self, obj):
+        return obj.raw_deleted_at is None
+
+    @admin.display(description="withdrawn", boolean=True)
+    def withdrawn(self, obj):
+        return obj.withdrawn_at is not None
+
+    @admin.display(description="loss", ordering="budget__chain_loss")
+    def loss(self, obj):
+        return obj.budget.loss
+
+    @admin.display(description="ceiling", ordering="budget__ceiling")
+    def ceiling(self, obj):
+        return obj.budget.ceiling
+
+    @admin.display(description="budget")
+    def budget_link(self, obj):
+        b = obj.budget
+        return format_html("{} &nbsp; {} of {}", admin_link("accounts_budgetaccount", obj.id, "budget"),
+                           usage_bar(b.loss, b.ceiling), b.ceiling)
+
+    @admin.display(description="chain")
+    def chain_link(self, obj):
+        return admin_link("market_chain", obj.id, "stored chain")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = dict(extra_context or {})
+        if is_staff_role(request.user) and str(object_id).isdigit():
+            row = Value.objects.filter(id=int(object_id)).values_list("raw_sealed", "owner_id", "attribute_id").first()
+            if row is not None:
+                extra["raw_value_shown"] = True
+                if row[0] is None:
+                    extra["raw_value"] = "(deleted by its owner)"
+                else:
+                    try:
+                        extra["raw_value"] = sealing.open_raw(row[0], owner_id=row[1], attribute_id=row[2])
+                    except sealing.SealBroken:
+                        extra["raw_value"] = "(does not open with this key: tampered with or sealed elsewhere)"
+                    log.info("raw value %s opened in the admin by %s", object_id, request.user.username)
+        return super().change_view(request, object_id, form_url, extra)
+
+
+@admin.register(Chain)
+class ChainAdmin(ReadOnlyAdmin):
+    list_display = ("value_link", "attribute", "length", "head", "released", "updated_at")
+    list_filter = (("value__attribute", admin.RelatedFieldListFilter),)
+    search_ids = ("value_id",)
+    search_users = ("value__owner",)
+    search_help_text = "A value id, or an owner's username."
+    ordering = ("-value_id",)
+    fields = ("value_link", "attribute", "length", "head", "released", "updated_at", "epsilon_summary")
+    readonly_fields = ("value_link", "attribute", "released", "epsilon_summary")
+
+    def get_queryset(self, request):
+        return (super().get_queryset(request).defer("epsilons", "outputs", "head_output")
+                .annotate(released_eps=F("value__budget__chain_loss"), attribute_id=F("value__attribute_id")))
+
+    @admin.display(description="value", ordering="value_id")
+    def value_link(self, obj):
+        return admin_link("market_value", obj.value_id)
+
+    @admin.display(description="attribute", ordering="attribute_id")
+    def attribute(self, obj):
+        return admin_link("market_attribute", obj.attribute_id)
+
+    @admin.display(description="released up to (chain loss)", ordering="released_eps")
+    def released(self, obj):
+        return obj.released_eps
+
+    @admin.display(description="epsilons")
+    def epsilon_summary(self, obj):
+        eps = np.frombuffer(bytes(obj.epsilons), dtype=chains.EPS) / MICRO
+        if eps.size <= 12:
+            return ", ".join(f"{e:g}" for e in eps)
+        return (", ".join(f"{e:g}" for e in eps[:6]) + f", ... ({eps.size - 12} more) ..., "
+                + ", ".join(f"{e:g}" for e in eps[-6:]))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = dict(extra_context or {})
+        chain = Chain.objects.filter(value_id=object_id).select_related("value__attribute", "value__budget").first() \
+            if str(object_id).isdigit() else None
+        if chain is not None:
+            attribute = chain.value.attribute
+            eps, out = chains.decode(chain.epsilons, chain.outputs, attribute.width)
+            released = to_micro(chain.value.budget.chain_loss)
+            staff = is_staff_role(request.user)
+            label = output_labels(attribute)
+            idx = np.arange(eps.size)
+            if eps.size > MAX_STEPS_SHOWN:
+                half = MAX_STEPS_SHOWN // 2
+                idx = np.concatenate([idx[:half], idx[-half:]])
+            steps = []
+            for i in idx.tolist():
+                shown = staff or eps[i] <= released
+                steps.append({"index": i + 1, "epsilon": f"{eps[i] / MICRO:g}", "released": bool(eps[i] <= released),
+                              "output": label(out[i]) if shown else None})
+            extra.update({"steps": steps, "steps_total": int(eps.size), "steps_truncated": eps.size > idx.size,
+                          "released_epsilon": chain.value.budget.chain_loss, "staff_view": staff,
+                          "withheld": int((eps > released).sum()) if not staff else 0})
+        return super().change_view(request, object_id, form_url, extra)
+
+
+# =============================================================================================
+# Purchases (read-only)
+# =============================================================================================
+
+@admin.register(Purchase)
+class PurchaseAdmin(ReadOnlyAdmin):
+    list_display = ("id", "buyer", "attribute", "epsilon", "status", "candidates", "included", "price", "created_at",
+                    "completed_at")
+    list_filter = ("status", "attribute", ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("buyer", "attribute__dataset")
+    search_ids = ("id",)
+    search_users = ("buyer",)
+    search_help_text = "A purchase id, or a buyer's username."
+    ordering = ("-id",)
+    fields = ("id", "buyer", "attribute", "epsilon", "cohort", "status", "idempotency_key", "candidates", "included",
+              "excluded_ceiling", "excluded_paused", "excluded_withdrawn", "excluded_no_raw", "new_points", "price",
+              "error", "created_at", "completed_at", "ledger", "money")
+    readonly_fields = ("id", "ledger", "money")
+
+    @admin.display(description="ledger entries")
+    def ledger(self, obj):
+        url = reverse("admin:accounts_ledgerentry_changelist") + f"?purchase={obj.id}"
+        return format_html('<a href="{}">{} releases</a>', url, obj.ledger_entries.count())
+
+    @admin.display(description="money movements")
+    def money(self, obj):
+        rows = list(obj.money_entries.select_related("account").order_by("id")
+                    .values_list("account__kind", "amount"))
+        if not rows:
+            return "none"
+        totals: dict[str, object] = {}
+        for kind, amount in rows:
+            totals[kind] = totals.get(kind, 0) + amount
+        return "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in totals.items()) + f" ({len(rows)} movements)"
+
+
+@admin.register(PurchaseChunk)
+class PurchaseChunkAdmin(ReadOnlyAdmin):
+    list_display = ("id", "purchase_link", "seq", "count")
+    search_ids = ("purchase_id",)
+    ordering = ("-id",)
+    fields = ("id", "purchase_link", "seq", "count")
+    readonly_fields = ("id", "purchase_link")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("value_ids", "outputs")
+
+    @admin.display(description="purchase", ordering="purchase_id")
+    def purchase_link(self, obj):
+        return admin_link("market_purchase", obj.purchase_id)
+
+
+@admin.register(Holding)
+class HoldingAdmin(ReadOnlyAdmin):
+    list_display = ("id", "buyer", "value_link", "epsilon")
+    list_select_related = ("buyer",)
+    search_ids = ("value_id",)
+    search_users = ("buyer",)
+    ordering = ("-id",)
+    fields = ("id", "buyer", "value_link", "epsilon")
+    readonly_fields = ("id", "value_link")
+
+    @admin.display(description="value", ordering="value_id")
+    def value_link(self, obj):
+        return admin_link("market_value", obj.value_id)
+

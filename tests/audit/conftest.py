@@ -1,0 +1,125 @@
+"""Fixtures for the audit console tests: a small market built through the services, and tampering helpers."""
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from accounts.models import MoneyAccount, MoneyEntry, User
+from accounts.roles import grant_role
+from accounts.services import Schedule, budget_set_ceiling, budget_set_paused
+from market.models import Attribute, Purchase, Value
+from market.pricing import DEFAULT_POLICY
+from market.purchases import purchase_claim, purchase_execute
+from market.services import value_delete_raw
+from tests.factories import (AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory,
+                             contribute)
+
+LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry"]
+
+
+@contextlib.contextmanager
+def tampering():
+    """Let a test write to the append-only tables directly: on PostgreSQL, disable their user triggers meanwhile.
+
+    ``ALTER TABLE`` is transactional in PostgreSQL: inside the test's transaction
+    it is rolled back with everything else even if the test fails.
+    """
+    pg = connection.vendor == "postgresql"
+
+    def alter(action: str) -> None:
+        with connection.cursor() as cur:
+            # Deferred foreign-key checks still pending in this transaction must fire before ALTER TABLE.
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            for t in LEDGER_TABLES:
+                cur.execute(f"ALTER TABLE {t} {action} TRIGGER USER")
+            cur.execute("SET CONSTRAINTS ALL DEFERRED")
+
+    if pg:
+        alter("DISABLE")
+    try:
+        yield
+    finally:
+        if pg:
+            alter("ENABLE")
+
+
+def sql(statement: str, params=None) -> int:
+    with connection.cursor() as cur:
+        cur.execute(statement, params or [])
+        return cur.rowcount
+
+
+def fund(user, amount) -> MoneyAccount:
+    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    account.balance += Decimal(str(amount))
+    account.save(update_fields=["balance"])
+    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
+                              memo="test deposit")
+    return account
+
+
+def buy(buyer, attribute, epsilon, rng) -> Purchase:
+    purchase, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon=Decimal(str(epsilon)), cohort=None,
+                                 idempotency_key=uuid.uuid4().hex)
+    return purchase_execute(purchase_id=purchase.id, rng=rng)
+
+
+@dataclass
+class Market:
+    attribute: Attribute
+    fixed: list[Value]
+    scheduled: list[Value]
+    buyer: User
+    purchases: list[Purchase]
+
+
+@pytest.fixture
+def market(db) -> Market:
+    """An attribute (m = 3) with 24 fixed-ceiling and 12 scheduled values, two purchases (one an upgrade),
+    a pause, a lowered ceiling and a deleted raw value: every kind of ledger entry but one-shot releases."""
+    rng = np.random.default_rng(7)
+    attribute = CategoricalAttributeFactory(price_policy=DEFAULT_POLICY)
+    raws = ["red", "green", "blue"] * 8
+    fixed = contribute(attribute, raws, prefix=f"fx{attribute.id}", ceiling="2", rng=rng)
+    now = timezone.now().replace(microsecond=0)
+    schedule = Schedule(start=Decimal("0.5"), cap=Decimal("3"), start_at=now - timedelta(days=1),
+                        end_at=now + timedelta(days=9), shape="steps", steps=10)
+    scheduled = contribute(attribute, ["red", "green", "blue"] * 4, prefix=f"sc{attribute.id}", schedule=schedule,
+                           rng=rng)
+    buyer = BuyerFactory()
+    fund(buyer, "50")
+    budget_set_paused(value_id=fixed[0].id, paused=True)
+    purchases = [buy(buyer, attribute, "0.5", rng)]
+    budget_set_ceiling(value_id=fixed[1].id, ceiling="0.7")
+    purchases.append(buy(buyer, attribute, "1.0", rng))  # an upgrade for most values
+    value_delete_raw(value_id=fixed[2].id)
+    budget_set_paused(value_id=fixed[0].id, paused=False)
+    return Market(attribute, fixed, scheduled, buyer, purchases)
+
+
+@pytest.fixture
+def auditor(db) -> User:
+    return grant_role(AuditorFactory(), User.Role.AUDITOR)
+
+
+@pytest.fixture
+def staff(db) -> User:
+    return grant_role(StaffFactory(), User.Role.STAFF)
+
+
+@pytest.fixture
+def superuser(db) -> User:
+    return User.objects.create_superuser("root", "root@example.org", "pw-root-123", role=User.Role.STAFF)
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return OwnerFactory()
