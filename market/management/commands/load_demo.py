@@ -207,8 +207,8 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         "URLs:",
         f"  {base_url}/admin/    admin console (staff: create one with `manage.py createsuperuser`)",
         f"  {base_url}/health/   liveness",
-        f"  {base_url}/api/v1/   buyer REST API (coming)",
-        f"  {base_url}/portal/   owner portal (coming)",
+        f"  {base_url}/api/v1/   buyer REST API (docs: {base_url}/api/docs/)",
+        f"  {base_url}/portal/   owner portal",
     ]
     return lines
 
