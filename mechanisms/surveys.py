@@ -1,0 +1,518 @@
+"""Survey mechanisms for one sensitive yes/no question (spec surveys.md, seed 004).
+
+A buyer commissions a **survey**: every owner of a cohort of ``N`` holds ``x = 1`` (member of the
+sensitive group) or ``x = 0`` and answers once through a randomizing device; the buyer gets an
+unbiased estimate of the proportion ``pi``.  "Modified" means a census -- the whole population of
+``N`` answers once -- so every variance below comes only from the device (``pi`` is fixed).
+
+* **Warner (MW)**: report the truth with probability ``p``, else its negation.
+  ``eps = |ln((1 - p)/p)|``; ``pi_hat = (N1/N - (1 - p))/(2p - 1)``;
+  ``Var = p(1 - p)/(N (2p - 1)^2)``, which is ``e^eps/(N (e^eps - 1)^2)`` at ``p = e^eps/(e^eps + 1)``.
+  (The paper's pseudocode keeps the truth when a Bernoulli(p) coin shows 0, i.e. with probability
+  ``1 - p``; we implement "truthful with probability p", the form its estimator assumes.)
+* **Simmons (MS)**: the truth with probability ``p``, otherwise an independent Bernoulli(pi_B) answer:
+  ``Pr(yes | 1) = q1 = p + (1 - p) pi_B``, ``Pr(yes | 0) = q0 = (1 - p) pi_B``;
+  ``eps = ln(q1/q0)`` if ``pi_B <= 1/2`` else ``ln((1 - q0)/(1 - q1))``;
+  ``pi_hat = (N1/N - (1 - p) pi_B)/p``; ``Var = [pi q1(1 - q1) + (1 - pi) q0(1 - q0)]/(N p^2)``
+  (eq. 2; the paper's Appendix C form is wrong for ``pi_B > 1/2``: there the variance is eq. 2 at
+  ``(1 - pi_B, 1 - pi)``, not at ``(1 - pi_B, pi)``).  At ``pi_B = 1/2`` it equals Warner's.
+* **Christofides (MC)**: a card ``Y`` in ``1..L`` drawn with replacement with proportions
+  ``p_1..p_L``; report ``X = L + 1 - Y`` if ``x = 1`` and ``X = Y`` if ``x = 0`` (the paper's
+  pseudocode swaps these; we follow its formula ``X = (L + 1 - Y) x + Y (1 - x)``).
+  ``eps = max_k ln(p_{L+1-k}/p_k)``; with ``EY = sum k p_k``, ``VarY``, ``D = L + 1 - 2 EY``:
+  ``pi_hat = (mean(X) - EY)/D`` and ``Var = VarY/(N D^2)``.  The best ``L = 3`` design for ``eps``
+  and ``p2`` is ``p1 = (1 - p2)/(e^eps + 1)``, ``p3 = e^eps (1 - p2)/(e^eps + 1)``, with
+  ``Var = K/(4N)``, ``K = (e^eps + 1)^2/((e^eps - 1)^2 (1 - p2)) - 1 = coth^2(eps/2)/(1 - p2) - 1``.
+* **Improved Christofides (IC)**: a deck of exactly ``N`` cards (integer counts ``c_k``) dealt
+  **without replacement**, one per respondent; same report rule and estimator with ``p_k = c_k/N``.
+  ``Var = 4 pi(1 - pi) VarY/((N - 1) D^2)``, so ``Var_IC/Var_MC = 4 N pi(1 - pi)/(N - 1)``.
+  **Distinct guarantee**: eps bounds each report only if respondents cannot see each other's cards or
+  answers; the joint release is not eps-DP for any finite eps (the deck couples the reports).  See
+  :func:`improved_christofides_guarantee`: record it as "per-report eps, non-collusion assumption",
+  sell only the aggregate estimate, and require every dealt respondent to answer exactly once.
+
+Randomness comes from :mod:`mechanisms.random` (secure by default; a ``numpy.random.Generator`` when
+passed as ``rng``): one 64-bit word per respondent compared with integer thresholds
+``floor(prob 2^64)``; the IC deal is a uniformly random permutation obtained by sorting one random
+word per card (drawn again in the ~N^2/2^65-probability event of a tie).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validation import check_eps, check_values
+from .private_sampling import SUM_TOLERANCE, _draw_iid
+from .random import TWO_64, U64_MAX, threshold, words
+
+#: Guarantee kinds recorded by the service (spec surveys.md, "Privacy caveat for IC").
+KIND_LDP = "ldp"
+KIND_PER_REPORT = "per_report_non_collusion"
+LABEL_PER_REPORT = "per-report eps, non-collusion assumption"
+
+_MECHANISMS = {
+    "warner": "warner", "mw": "warner",
+    "simmons": "simmons", "ms": "simmons",
+    "christofides": "christofides", "mc": "christofides",
+    "improved_christofides": "improved_christofides", "ic": "improved_christofides",
+}
+
+
+# ----------------------------------------------------------------------------------------------- validation
+
+def _check_prob(p, name: str, *, lo_open: bool = False, hi_open: bool = False) -> float:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise ValueError(f"{name} must be a probability (a real number in [0, 1]), got {p!r}")
+    value = float(p)
+    outside = not math.isfinite(value) or value < 0 or value > 1
+    if outside or (lo_open and value == 0) or (hi_open and value == 1):
+        interval = ("(" if lo_open else "[") + "0, 1" + (")" if hi_open else "]")
+        raise ValueError(f"{name} must lie in {interval}, got {p!r}")
+    return value
+
+
+def _check_n(N, name: str = "N", minimum: int = 1) -> int:
+    if isinstance(N, bool) or not isinstance(N, numbers.Integral) or N < minimum:
+        raise ValueError(f"{name} (the number of respondents) must be an integer >= {minimum}, got {N!r}")
+    return int(N)
+
+
+def _check_card_probs(probs, name: str = "probs") -> np.ndarray:
+    try:
+        arr = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be the card proportions p_1..p_L, got {probs!r}") from None
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"{name} must be a one-dimensional array of L >= 2 card proportions, "
+                         f"got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or arr.min() < 0:
+        raise ValueError(f"{name} must be finite non-negative proportions")
+    total = arr.sum()
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise ValueError(f"{name} must sum to 1, got {total!r}")
+    return arr / total
+
+
+def _check_counts(counts, name: str = "counts") -> np.ndarray:
+    arr = np.asarray(counts)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"{name} must be a one-dimensional array of L >= 2 card counts, "
+                         f"got shape {arr.shape}")
+    if arr.dtype == bool or not _integral(arr):
+        raise ValueError(f"{name} must be non-negative integer card counts, got {counts!r}")
+    arr = arr.astype(np.int64)
+    if arr.min() < 0:
+        raise ValueError(f"{name} must be non-negative, found {arr.min()}")
+    if arr.sum() < 2:
+        raise ValueError(f"{name} must describe a deck of N >= 2 cards, got {arr.sum()}")
+    return arr
+
+
+def _integral(arr: np.ndarray) -> bool:
+    """Integer dtype, or floats that are all finite whole numbers."""
+    if np.issubdtype(arr.dtype, np.integer):
+        return True
+    floating = np.issubdtype(arr.dtype, np.floating)
+    return bool(floating and np.all(np.isfinite(arr)) and np.all(arr == np.floor(arr)))
+
+
+def _check_binary(values, name: str) -> np.ndarray:
+    """0/1 values of any shape (estimators accept one survey per row)."""
+    arr = np.asarray(values)
+    if arr.ndim == 0 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty array of 0/1 answers")
+    if arr.dtype == bool:
+        return arr.astype(np.int64)
+    if not _integral(arr):
+        raise ValueError(f"{name} must be 0/1 answers, got dtype {arr.dtype}")
+    if arr.min() < 0 or arr.max() > 1:
+        bad = arr.min() if arr.min() < 0 else arr.max()
+        raise ValueError(f"{name} must be 0 (no) or 1 (yes), found {bad}")
+    return arr.astype(np.int64)
+
+
+def _check_reports(reports, L: int, name: str = "reports") -> np.ndarray:
+    arr = np.asarray(reports)
+    if arr.ndim == 0 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty array of card reports in 1..{L}")
+    if arr.dtype == bool or not _integral(arr):
+        raise ValueError(f"{name} must be integer card reports in 1..{L}, got dtype {arr.dtype}")
+    if arr.min() < 1 or arr.max() > L:
+        raise ValueError(f"{name} must lie in 1..{L}, found {arr.min() if arr.min() < 1 else arr.max()}")
+    return arr.astype(np.int64)
+
+
+def _card_moments(probs: np.ndarray) -> tuple[float, float, float]:
+    """``(EY, VarY, D = L + 1 - 2 EY)`` of a card distribution on 1..L."""
+    k = np.arange(1, probs.size + 1, dtype=np.float64)
+    ey = float(probs @ k)
+    var = float(probs @ (k - ey) ** 2)
+    return ey, var, float(probs.size + 1 - 2.0 * ey)
+
+
+def _informative_d(probs: np.ndarray) -> tuple[float, float, float]:
+    ey, var, d = _card_moments(probs)
+    if abs(d) < 1e-12:
+        raise ValueError("the card proportions are symmetric (E[Y] = (L + 1)/2): the reports carry no "
+                         "information about pi, so there is no estimator")
+    return ey, var, d
+
+
+# --------------------------------------------------------------------------------------------------- Warner
+
+def warner_probability(eps) -> float:
+    """The truthful probability ``p = e^eps/(e^eps + 1)`` giving Warner's mechanism exactly eps
+    (spec surveys.md, "Warner"; its complement ``1/(e^eps + 1)`` gives the same eps)."""
+    eps = check_eps(eps)
+    return 1.0 / (1.0 + math.exp(-eps))
+
+
+def warner_matrix(p) -> np.ndarray:
+    """``P[x, X]``: ``[[p, 1 - p], [1 - p, p]]`` with rows x = 0, 1 and columns X = no, yes."""
+    p = _check_prob(p, "p")
+    return np.array([[p, 1.0 - p], [1.0 - p, p]])
+
+
+def warner_epsilon(p) -> float:
+    """``eps = |ln((1 - p)/p)|`` (spec surveys.md, "Warner"); ``inf`` at p in {0, 1}."""
+    p = _check_prob(p, "p")
+    if p in (0.0, 1.0):
+        return math.inf
+    return abs(math.log1p(-p) - math.log(p))
+
+
+def warner_perturb(values, p, rng=None) -> np.ndarray:
+    """Warner's device: each 0/1 value reported truthfully with probability ``p``, else negated (spec
+    surveys.md, "Warner"; not the paper's inverted pseudocode).  One 64-bit word per respondent."""
+    p = _check_prob(p, "p")
+    x = check_values(values, 2)
+    return _bernoulli(rng, x, (1.0 - p, p))
+
+
+def warner_estimate(reports, p):
+    """``pi_hat = (N1/N - (1 - p))/(2p - 1)``, unbiased (spec surveys.md, "Warner").  ``reports`` may
+    hold one survey per row; the estimate is taken along the last axis."""
+    p = _check_prob(p, "p")
+    if p == 0.5:
+        raise ValueError("p = 1/2 makes the answers independent of x: there is no estimator")
+    y = _check_binary(reports, "reports")
+    return _scalar((y.mean(axis=-1) - (1.0 - p)) / (2.0 * p - 1.0))
+
+
+def warner_variance(p, N) -> float:
+    """Census variance ``p(1 - p)/(N (2p - 1)^2)`` (spec surveys.md, "Warner"), whatever pi."""
+    p = _check_prob(p, "p")
+    N = _check_n(N)
+    if p == 0.5:
+        raise ValueError("p = 1/2 makes the answers independent of x: the variance is infinite")
+    return p * (1.0 - p) / (N * (2.0 * p - 1.0) ** 2)
+
+
+# -------------------------------------------------------------------------------------------------- Simmons
+
+def _simmons_q(p: float, pi_b: float) -> tuple[float, float]:
+    return p + (1.0 - p) * pi_b, (1.0 - p) * pi_b
+
+
+def simmons_probability(eps, pi_b) -> float:
+    """The truthful probability ``p`` giving Simmons' mechanism exactly eps for a given ``pi_B``:
+    ``p/(1 - p) = (e^eps - 1) min(pi_B, 1 - pi_B)``."""
+    eps = check_eps(eps)
+    pi_b = _check_prob(pi_b, "pi_b", lo_open=True, hi_open=True)
+    t = math.expm1(eps) * min(pi_b, 1.0 - pi_b)
+    return t / (1.0 + t)
+
+
+def simmons_matrix(p, pi_b) -> np.ndarray:
+    """``P[x, X]`` with ``Pr(yes | 1) = q1 = p + (1 - p) pi_B`` and ``Pr(yes | 0) = q0 = (1 - p) pi_B``."""
+    p = _check_prob(p, "p")
+    pi_b = _check_prob(pi_b, "pi_b")
+    q1, q0 = _simmons_q(p, pi_b)
+    return np.array([[1.0 - q0, q0], [1.0 - q1, q1]])
+
+
+def simmons_epsilon(p, pi_b) -> float:
+    """``eps = ln(q1/q0)`` if ``pi_B <= 1/2`` else ``ln((1 - q0)/(1 - q1))`` (spec surveys.md,
+    "Simmons"): the larger of the two column ratios; ``inf`` when a column has a zero."""
+    p = _check_prob(p, "p")
+    pi_b = _check_prob(pi_b, "pi_b")
+    q1, q0 = _simmons_q(p, pi_b)
+    if p == 0:
+        return 0.0
+    num, den = (q1, q0) if pi_b <= 0.5 else (1.0 - q0, 1.0 - q1)
+    return math.inf if den == 0 else math.log(num) - math.log(den)
+
+
+def simmons_perturb(values, p, pi_b, rng=None) -> np.ndarray:
+    """Simmons' device: the truth with probability ``p``, else an independent Bernoulli(pi_B) answer
+    (spec surveys.md, "Simmons").  Drawn from its exact output law (``yes`` with ``q1`` for x = 1 and
+    ``q0`` for x = 0), one 64-bit word per respondent."""
+    p = _check_prob(p, "p")
+    pi_b = _check_prob(pi_b, "pi_b")
+    x = check_values(values, 2)
+    q1, q0 = _simmons_q(p, pi_b)
+    return _bernoulli(rng, x, (q0, q1))
+
+
+def simmons_estimate(reports, p, pi_b):
+    """``pi_hat = (N1/N - (1 - p) pi_B)/p``, unbiased (spec surveys.md, "Simmons"); one survey per row."""
+    p = _check_prob(p, "p", lo_open=True)
+    pi_b = _check_prob(pi_b, "pi_b")
+    y = _check_binary(reports, "reports")
+    return _scalar((y.mean(axis=-1) - (1.0 - p) * pi_b) / p)
+
+
+def simmons_variance(p, pi_b, pi, N) -> float:
+    """Census variance ``[pi q1(1 - q1) + (1 - pi) q0(1 - q0)]/(N p^2)`` (spec surveys.md, eq. 2), valid
+    for every pi_B (the paper's Appendix C form is not, for pi_B > 1/2)."""
+    p = _check_prob(p, "p", lo_open=True)
+    pi_b = _check_prob(pi_b, "pi_b")
+    pi = _check_prob(pi, "pi")
+    N = _check_n(N)
+    q1, q0 = _simmons_q(p, pi_b)
+    return (pi * q1 * (1.0 - q1) + (1.0 - pi) * q0 * (1.0 - q0)) / (N * p * p)
+
+
+# --------------------------------------------------------------------------------------------- Christofides
+
+def christofides_optimal_probs(eps, p2) -> np.ndarray:
+    """The best L = 3 cards for eps and p2 (spec surveys.md, "Christofides"):
+    ``[(1 - p2)/(e^eps + 1), p2, e^eps (1 - p2)/(e^eps + 1)]``, giving ``Var = K/(4N)``."""
+    eps = check_eps(eps)
+    p2 = _check_prob(p2, "p2", hi_open=True)
+    low = (1.0 - p2) / (1.0 + math.exp(eps))
+    high = (1.0 - p2) / (1.0 + math.exp(-eps))
+    return np.array([low, p2, high])
+
+
+def christofides_matrix(probs) -> np.ndarray:
+    """``P[x, X - 1]`` for reports X in 1..L: row x = 0 is ``p_X``, row x = 1 is ``p_{L+1-X}``."""
+    probs = _check_card_probs(probs)
+    return np.vstack([probs, probs[::-1]])
+
+
+def christofides_epsilon(probs) -> float:
+    """``eps = max_k ln(p_{L+1-k}/p_k)`` over cards with mass (spec surveys.md, "Christofides"); ``inf``
+    if the support is not symmetric."""
+    probs = _check_card_probs(probs)
+    rev = probs[::-1]
+    used = (probs > 0) | (rev > 0)
+    if np.any((probs[used] == 0) | (rev[used] == 0)):
+        return math.inf
+    return float(np.max(np.log(rev[used]) - np.log(probs[used])))
+
+
+def christofides_perturb(values, probs, rng=None) -> np.ndarray:
+    """Christofides' device: draw a card ``Y ~ probs`` on 1..L with replacement and report
+    ``L + 1 - Y`` if x = 1, ``Y`` if x = 0 (spec surveys.md, "Christofides"; the formula, not the
+    paper's swapped pseudocode).  One 64-bit word per respondent against the integer thresholds
+    ``floor(cdf 2^64)`` (``np.searchsorted``)."""
+    probs = _check_card_probs(probs)
+    x = check_values(values, 2)
+    y = _draw_iid(rng, probs, x.size) + 1
+    return np.where(x == 1, probs.size + 1 - y, y)
+
+
+def christofides_estimate(reports, probs):
+    """``pi_hat = (mean(X) - EY)/(L + 1 - 2 EY)``, unbiased (spec surveys.md, "Christofides"); one
+    survey per row."""
+    probs = _check_card_probs(probs)
+    ey, _, d = _informative_d(probs)
+    x = _check_reports(reports, probs.size)
+    return _scalar((x.mean(axis=-1) - ey) / d)
+
+
+def christofides_variance(probs, N) -> float:
+    """Census variance ``VarY/(N D^2)``, ``D = L + 1 - 2 EY`` (spec surveys.md, "Christofides")."""
+    probs = _check_card_probs(probs)
+    N = _check_n(N)
+    _, var, d = _informative_d(probs)
+    return var / (N * d * d)
+
+
+# ------------------------------------------------------------------------------------ improved Christofides
+
+@dataclass(frozen=True)
+class SurveyGuarantee:
+    """What the ledger records for a survey release (spec surveys.md, "Privacy caveat for IC")."""
+
+    mechanism: str
+    epsilon: float            # the per-report epsilon
+    kind: str                 # KIND_LDP or KIND_PER_REPORT
+    label: str                # shown to the owner
+    joint_epsilon: float      # the whole release's epsilon for one respondent (inf for IC)
+    aggregate_only: bool      # individual reports must never be sold
+    requires_every_respondent: bool   # every dealt respondent must answer exactly once
+    notes: str
+
+
+def ic_deck_counts(N, eps, p2) -> np.ndarray:
+    """Integer card counts for an IC deck of exactly N cards (spec surveys.md, "Improved Christofides"):
+    ``c2 = round(p2 N)``, ``c1 = ceil((N - c2)/(e^eps + 1))``, ``c3 = N - c1 - c2``, which keeps the
+    realised ``eps = ln(c3/c1)`` at or below the target.  Raises ``ValueError`` when N is too small for
+    an informative deck within eps (``c3 > c1 >= 1`` and ``c3 <= e^eps c1``)."""
+    N = _check_n(N, minimum=2)
+    eps = check_eps(eps, positive=True)
+    p2 = _check_prob(p2, "p2", hi_open=True)
+    c2 = int(round(p2 * N))
+    rest = N - c2
+    c1 = max(1, math.ceil(rest / (math.exp(eps) + 1.0)))
+    c3 = rest - c1
+    while c3 > c1 and c3 > math.exp(eps) * c1:       # float rounding in the ceil: stay within eps
+        c1, c3 = c1 + 1, c3 - 1
+    if not c3 > c1 >= 1:
+        raise ValueError(f"N = {N} is too small for an informative deck at eps = {eps:g} and p2 = {p2:g}: "
+                         f"need at least one more 3-card than 1-cards with 3-cards <= e^eps 1-cards "
+                         f"(about N >= (1 - p2)^-1 (2/(e^eps - 1) + 1))")
+    return np.array([c1, c2, c3], dtype=np.int64)
+
+
+def improved_christofides_epsilon(counts) -> float:
+    """The per-report eps ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck (spec surveys.md), valid **only**
+    under the non-collusion assumption; the joint release has no finite eps (see
+    :func:`improved_christofides_guarantee`)."""
+    counts = _check_counts(counts)
+    return christofides_epsilon(counts / counts.sum())
+
+
+def improved_christofides_guarantee(counts) -> SurveyGuarantee:
+    """The distinct IC guarantee for the ledger (spec surveys.md, "Privacy caveat for IC"): per-report eps
+    under the assumption that no respondent sees others' cards or answers; whoever knows the other N - 1
+    values can decode a respondent's card, so the joint release is not eps-DP for any finite eps
+    (``joint_epsilon = inf``).  Only the aggregate estimate may be sold, and every dealt respondent must
+    answer exactly once (drop-outs void the variance formula)."""
+    eps = improved_christofides_epsilon(counts)
+    return SurveyGuarantee(
+        mechanism="improved_christofides", epsilon=eps, kind=KIND_PER_REPORT, label=LABEL_PER_REPORT,
+        joint_epsilon=math.inf, aggregate_only=True, requires_every_respondent=True,
+        notes=("Reports are correlated through the deck (cards dealt without replacement): eps bounds "
+               "each report on its own only if respondents cannot see each other's cards or answers. "
+               "Sell only the aggregate estimate; every dealt respondent must answer exactly once."))
+
+
+def improved_christofides_deal(values, counts, rng=None) -> np.ndarray:
+    """Deal an N-card deck (``counts[k-1]`` cards showing k) without replacement, one card per respondent,
+    and return the reports ``L + 1 - Y`` (x = 1) or ``Y`` (x = 0) (spec surveys.md, "Improved
+    Christofides").  ``len(values)`` must equal the deck size.  The deal is a uniformly random
+    permutation: the deck sorted by one random 64-bit key per card (keys redrawn on a tie)."""
+    counts = _check_counts(counts)
+    x = check_values(values, 2)
+    N = int(counts.sum())
+    if x.size != N:
+        raise ValueError(f"the deck has {N} cards but there are {x.size} respondents: IC deals exactly one "
+                         "card to every respondent")
+    deck = np.repeat(np.arange(1, counts.size + 1, dtype=np.int64), counts)
+    while True:
+        keys = words(rng, N)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        if not np.any(ranked[1:] == ranked[:-1]):
+            break
+    y = np.empty(N, dtype=np.int64)
+    y[order] = deck                                   # respondent order[i] gets the i-th card
+    return np.where(x == 1, counts.size + 1 - y, y)
+
+
+def improved_christofides_estimate(reports, counts):
+    """``pi_hat = (mean(X) - EY)/D`` with the deck's realised ``p_k = c_k/N`` (spec surveys.md), exactly
+    unbiased when every one of the N dealt respondents answered once; fewer or more reports raise
+    ``ValueError`` (drop-outs void the variance formula).  One survey per row."""
+    counts = _check_counts(counts)
+    N = int(counts.sum())
+    x = _check_reports(reports, counts.size)
+    if x.shape[-1] != N:
+        raise ValueError(f"IC needs every dealt respondent to answer exactly once: got {x.shape[-1]} reports "
+                         f"for a deck of {N} cards (drop-outs void the estimator's variance formula)")
+    ey, _, d = _informative_d(counts / N)
+    return _scalar((x.mean(axis=-1) - ey) / d)
+
+
+def improved_christofides_variance(counts, pi) -> float:
+    """Census variance ``4 pi(1 - pi) VarY/((N - 1) D^2)`` with ``p_k = c_k/N`` (spec surveys.md), i.e.
+    ``4 N pi(1 - pi)/(N - 1)`` times the Christofides variance of the same proportions."""
+    counts = _check_counts(counts)
+    pi = _check_prob(pi, "pi")
+    N = int(counts.sum())
+    _, var, d = _informative_d(counts / N)
+    return 4.0 * pi * (1.0 - pi) * var / ((N - 1) * d * d)
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+
+def _k_factor(eps: float, p2: float) -> float:
+    """``K = coth^2(eps/2)/(1 - p2) - 1`` (= ``(E + 1)^2/((E - 1)^2 (1 - p2)) - 1``)."""
+    return 1.0 / (math.tanh(eps / 2.0) ** 2 * (1.0 - p2)) - 1.0
+
+
+def ic_advantage_interval(N, eps, p2) -> tuple[float, float]:
+    """``(pi_A1, pi_A2) = 1/2 -+ 1/2 sqrt(1 - ((N - 1)/N)(1 - p2)/(1 + p2 d/4))``, ``d = e^eps + e^-eps - 2``
+    (spec surveys.md, "When IC wins"): IC (optimal L = 3 cards) beats Warner/Simmons exactly when pi is
+    outside this interval."""
+    N = _check_n(N, minimum=2)
+    eps = check_eps(eps, positive=True)
+    p2 = _check_prob(p2, "p2", hi_open=True)
+    quarter_d = math.sinh(eps / 2.0) ** 2                     # d/4
+    half = 0.5 * math.sqrt(1.0 - ((N - 1) / N) * (1.0 - p2) / (1.0 + p2 * quarter_d))
+    return 0.5 - half, 0.5 + half
+
+
+def _design_variance(mechanism: str, N: int, eps: float, pi: float, p2: float) -> float:
+    if mechanism in ("warner", "simmons"):                    # Simmons at its optimal pi_B = 1/2
+        return 1.0 / (N * 4.0 * math.sinh(eps / 2.0) ** 2)   # e^eps/(N (e^eps - 1)^2)
+    k = _k_factor(eps, p2)
+    if mechanism == "christofides":
+        return k / (4.0 * N)
+    return pi * (1.0 - pi) * k / (N - 1)
+
+
+def min_sample_size(mechanism, eps, var, pi, p2) -> int:
+    """The smallest N with variance <= ``var`` at the optimal design for ``eps`` (spec surveys.md,
+    paper Table 2): Warner/Simmons ``e^eps/(N (e^eps - 1)^2)`` (Simmons at pi_B = 1/2), Christofides
+    ``K/(4N)`` and improved Christofides ``pi(1 - pi) K/(N - 1)`` with
+    ``K = (e^eps + 1)^2/((e^eps - 1)^2 (1 - p2)) - 1``.  ``mechanism``: "warner"/"MW", "simmons"/"MS",
+    "christofides"/"MC", "improved_christofides"/"IC"."""
+    if not isinstance(mechanism, str) or mechanism.lower() not in _MECHANISMS:
+        raise ValueError(f"mechanism must be one of {sorted(set(_MECHANISMS.values()))} (or MW, MS, MC, IC), "
+                         f"got {mechanism!r}")
+    mech = _MECHANISMS[mechanism.lower()]
+    eps = check_eps(eps, positive=True)
+    if isinstance(var, bool) or not isinstance(var, numbers.Real) or not (math.isfinite(var) and var > 0):
+        raise ValueError(f"var must be a positive finite number, got {var!r}")
+    var = float(var)
+    pi = _check_prob(pi, "pi")
+    p2 = _check_prob(p2, "p2", hi_open=True)
+    if mech in ("warner", "simmons"):
+        guess = 1.0 / (var * 4.0 * math.sinh(eps / 2.0) ** 2)
+    elif mech == "christofides":
+        guess = _k_factor(eps, p2) / (4.0 * var)
+    else:
+        guess = 1.0 + pi * (1.0 - pi) * _k_factor(eps, p2) / var
+    floor_n = 2 if mech == "improved_christofides" else 1
+    if not math.isfinite(guess) or guess > 1e18:
+        raise ValueError(f"no feasible sample size below 1e18 for var = {var:g} at eps = {eps:g}")
+    n = max(floor_n, math.ceil(guess))
+    while n > floor_n and _design_variance(mech, n - 1, eps, pi, p2) <= var:   # guard float rounding
+        n -= 1
+    while _design_variance(mech, n, eps, pi, p2) > var:
+        n += 1
+    return n
+
+
+# -------------------------------------------------------------------------------------------------- helpers
+
+def _bernoulli(rng, x: np.ndarray, prob_yes: tuple[float, float]) -> np.ndarray:
+    """``X = 1`` with probability ``prob_yes[x]`` (integer thresholds; probability 1 is always yes)."""
+    t = [threshold(min(max(v, 0.0), 1.0)) for v in prob_yes]
+    always = np.array([ti >= TWO_64 for ti in t])
+    cut = np.array([min(ti, U64_MAX) for ti in t], dtype=np.uint64)
+    u = words(rng, x.size)
+    return (always[x] | (u < cut[x])).astype(np.int64)
+
+
+def _scalar(value):
+    """A float for one survey, the array for several."""
+    arr = np.asarray(value, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else arr
