@@ -19,7 +19,10 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import generics, permissions, serializers
 
+from drf_spectacular.utils import extend_schema, extend_schema_view
+
 from ldpmarket.api import CursorPagination
+from market.api.views import problems
 
 from .models import LedgerEntry
 from .roles import can_audit
@@ -120,6 +123,7 @@ class LedgerPagination(CursorPagination):
     max_page_size = 1000
 
 
+@extend_schema_view(get=extend_schema(responses={200: LedgerEntrySerializer(many=True), **problems(400, 401, 403, 429)}))
 class LedgerEntryList(generics.ListAPIView):
     """The privacy ledger, read-only, for auditors and staff: filter by owner, buyer, attribute and time."""
 

@@ -26,7 +26,14 @@ from django.http import Http404, HttpResponse
 from rest_framework import exceptions, pagination, parsers, throttling
 from rest_framework.settings import api_settings
 from rest_framework.utils.encoders import JSONEncoder
-from rest_framework.views import set_rollback
+
+
+def _set_rollback() -> None:
+    """DRF's ``set_rollback``, imported late: ``rest_framework.views`` reads the settings that name this
+    module's classes, so importing it at module level would be circular."""
+    from rest_framework.views import set_rollback
+
+    set_rollback()
 
 from accounts.epsilon import EpsilonError
 
@@ -111,11 +118,11 @@ def problem_exception_handler(exc, context):
     request = context.get("request")
     instance = request.get_full_path() if request is not None else None
     if isinstance(exc, PurchaseError):
-        set_rollback()
+        _set_rollback()
         slug = {402: "insufficient-credit", 409: "idempotency-conflict"}.get(exc.status, "purchase-refused")
         return problem_response(status=exc.status, title=exc.title, detail=str(exc), slug=slug, instance=instance)
     if isinstance(exc, EpsilonError):
-        set_rollback()
+        _set_rollback()
         return problem_response(status=400, title="Invalid input", detail=f"epsilon: {exc}", slug="invalid-input",
                                 errors={"epsilon": [str(exc)]}, instance=instance)
     if isinstance(exc, Http404):
@@ -124,7 +131,7 @@ def problem_exception_handler(exc, context):
         exc = exceptions.PermissionDenied(*exc.args)
     if not isinstance(exc, exceptions.APIException):
         return None
-    set_rollback()
+    _set_rollback()
     headers = {}
     if getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = exc.auth_header
@@ -191,6 +198,14 @@ class CursorPagination(pagination.CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": self.max_page_size}
+                parameter["description"] = f"Results per page, 1 to {self.max_page_size} (default {self.page_size})."
+        return parameters
 
     def decode_cursor(self, request):
         try:

@@ -104,6 +104,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# With acks_late, Redis hands an unacknowledged task to another worker after this long: longer than the
+# longest task's time limit (60 minutes), so a task still running is never delivered twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=65 * 60)}
 CELERY_BEAT_SCHEDULE = {
     "advance-schedules": {
         "task": "market.tasks.advance_schedules",
@@ -152,6 +155,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Buy randomized data under local differential privacy with gradual release.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Two models have a field named "kind": give each enum its own schema name.
+    "ENUM_NAME_OVERRIDES": {
+        "AttributeKindEnum": "market.models.Attribute.Kind",
+        "LedgerEntryKindEnum": "accounts.models.LedgerEntry.Kind",
+    },
 }
 
 LOGGING = {

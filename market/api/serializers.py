@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
@@ -234,6 +234,18 @@ class PurchaseCreateSerializer(serializers.Serializer):
         if missing:
             raise serializers.ValidationError({f: ["This field is required (or give a quote)."] for f in missing})
         return check_cohort(attrs)
+
+
+class PurchaseFromQuoteSerializer(serializers.Serializer):
+    """``{quote}``: buy what a quote stands for, refused if the price rose above the quoted price."""
+
+    quote = serializers.CharField(max_length=4000, help_text="A quote from POST /api/v1/quotes/.")
+
+
+#: The purchase request as documented: a quote, or attribute and epsilon (``PurchaseCreateSerializer`` validates).
+PURCHASE_CREATE_REQUEST = PolymorphicProxySerializer(
+    component_name="PurchaseCreateRequest", serializers=[PurchaseRequestSerializer, PurchaseFromQuoteSerializer],
+    resource_type_field_name=None, many=False)
 
 
 class ProgressSerializer(serializers.Serializer):

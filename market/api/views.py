@@ -30,7 +30,8 @@ from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+                                   extend_schema_view)
 from rest_framework import mixins, permissions, renderers, serializers as drf_serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -137,7 +138,8 @@ def _dataset_payloads(datasets) -> list[dict]:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="The catalog", responses={200: s.DatasetSerializer(many=True), **problems(401, 429)}),
+    list=extend_schema(summary="The catalog",
+                       responses={200: s.DatasetSerializer(many=True), **problems(400, 401, 429)}),
     retrieve=extend_schema(summary="One dataset", responses={200: s.DatasetSerializer, **problems(401, 404, 429)}),
 )
 class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
@@ -215,7 +217,10 @@ class QuoteView(APIView):
 
 # --------------------------------------------------------------------------------------------- purchases
 
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": s.BIGINT_MAX})
 class IntegerFilter(filters.NumberFilter):
+    """An id filter: an integer in range (checked before any query), documented as such (not as a ``number``)."""
+
     field_class = forms.IntegerField
 
 
@@ -242,7 +247,7 @@ class CSVRenderer(renderers.BaseRenderer):
 
 KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True, pattern=KEY_RE.pattern,
     description="A unique key per intended purchase (1-255 visible ASCII characters, e.g. a UUID). Sending the "
                 "same request again with the same key returns the same purchase and charges once.")
 OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
@@ -278,7 +283,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     @extend_schema(
         summary="Buy an attribute at an epsilon",
-        parameters=[IDEMPOTENCY_HEADER], request=s.PurchaseCreateSerializer,
+        parameters=[IDEMPOTENCY_HEADER], request=s.PURCHASE_CREATE_REQUEST,
         responses={200: OpenApiResponse(s.PurchaseSerializer, description="A replay of a completed purchase."),
                    201: OpenApiResponse(s.PurchaseSerializer, description="Completed in this request."),
                    202: OpenApiResponse(s.PurchaseSerializer, description="Large: running in the background; poll "
@@ -396,9 +401,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         summary="The purchased outputs (JSON pages, or CSV streamed with ?format=csv or Accept: text/csv)",
         parameters=[
             OpenApiParameter("cursor", OpenApiTypes.STR, description="From the previous page's next/previous."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description=f"Rows per page, 1 to "
-                                                                        f"{OUTPUT_MAX_PAGE_SIZE} (default "
-                                                                        f"{OUTPUT_PAGE_SIZE})."),
+            OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": OUTPUT_MAX_PAGE_SIZE},
+                             description=f"Rows per page, 1 to {OUTPUT_MAX_PAGE_SIZE} (default {OUTPUT_PAGE_SIZE})."),
             OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
         ],
         responses={200: s.OutputPageSerializer, (200, "text/csv"): OpenApiTypes.STR,
