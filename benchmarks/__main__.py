@@ -18,6 +18,8 @@ import traceback
 BENCHMARKS: list[str] = [
     "e1_engine",
     "e2_extension",
+    "e3_purchase",
+    "e4_api",
     "paper_experiments",
 ]
 

@@ -27,8 +27,8 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import IntegrityError, transaction
-from django.db.models import BigIntegerField, F, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import BigIntegerField, F
 from django.db.models.functions import Cast, Round
 from django.utils import timezone
 
@@ -181,13 +181,12 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         charge = policy.charge_units(e, held)
         owner_share = policy.owner_units(charge)
         total = int(charge.sum())
-        accounts = _lock_money(buyer, attribute, cand.owner_ids[inc][owner_share > 0])
-        buyer_acct = accounts[(buyer.id, MoneyAccount.Kind.BUYER_CREDIT)]
+        accounts = _lock_money(buyer, cand.owner_ids[inc][owner_share > 0])
         if max_price is not None and units_to_decimal(total) > max_price:
             raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
-        if to_units(buyer_acct.balance) < total:
-            raise InsufficientCredit(
-                f"This purchase costs {units_to_decimal(total)} but your credit is {buyer_acct.balance}.")
+        if accounts.buyer[1] < total:
+            raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
+                                     f"{units_to_decimal(accounts.buyer[1])}.")
 
         now = timezone.now()
         _write_chains(attribute, cand.value_ids[elig][lookup.inserted], grown, lookup.inserted, now)
@@ -198,7 +197,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         if inc.size:
             ledger.append(_release_rows(cand, inc, e, purchase.id))
         _write_holdings(buyer, cand.value_ids[inc], held, holding_ids, e)
-        _move_money(purchase, accounts, buyer, cand.owner_ids[inc], charge, owner_share)
+        _move_money(purchase, accounts, cand.owner_ids[inc], charge, owner_share)
         _write_chunks(purchase, cand.value_ids[inc], outputs)
 
         if progress:
@@ -222,10 +221,6 @@ def purchase_fail(*, purchase_id: int, error: str) -> None:
     """Record why a purchase could not run (nothing else was written: its transaction rolled back)."""
     Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
         status=Purchase.Status.FAILED, error=error[:2000])
-
-
-def to_units(amount) -> int:
-    return int(amount * UNITS)
 
 
 def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.ndarray | None:
@@ -258,20 +253,62 @@ def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> tuple[np.n
     return held, holding_ids
 
 
-def _lock_money(buyer, attribute, owner_ids: np.ndarray) -> dict:
-    """Ensure and lock (in id order) the buyer's credit, the paid owners' earnings and the platform account."""
-    owners = np.unique(owner_ids).tolist()
-    MoneyAccount.objects.bulk_create(
-        [MoneyAccount(user_id=o, kind=MoneyAccount.Kind.OWNER_EARNINGS) for o in owners]
-        + [MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT),
-           MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM)], ignore_conflicts=True)
-    owners_of_attribute = Value.objects.filter(attribute=attribute).values("owner_id")
-    locked = (MoneyAccount.objects.select_for_update()
-              .filter(Q(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
-                      | Q(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
-                      | Q(kind=MoneyAccount.Kind.OWNER_EARNINGS, user__in=owners_of_attribute))
-              .order_by("id"))
-    return {(a.user_id, a.kind): a for a in locked}
+@dataclass
+class Accounts:
+    """The money accounts a purchase moves, locked: balances in integer ten-thousandths."""
+
+    buyer: tuple[int, int]  # (account id, balance units)
+    platform: tuple[int, int]
+    owner_user: np.ndarray  # owners' user ids, ascending
+    owner_account: np.ndarray  # their earnings account ids
+    owner_balance: np.ndarray  # their balances (units)
+
+
+def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
+    """Ensure and lock the platform's, the buyer's and the paid owners' accounts.
+
+    Locks are taken category by category in one fixed order (platform, buyer credit, owners' earnings by
+    id); the categories are disjoint, so this is one global order and purchases cannot deadlock.  Set-based:
+    one INSERT ... ON CONFLICT for missing accounts and one locking SELECT per category, with the owners
+    passed as one array (no per-owner rows in Python, no OR that would defeat the planner).
+    """
+    owners = np.unique(owner_ids)
+    MoneyAccount.objects.bulk_create([MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM),
+                                      MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)],
+                                     ignore_conflicts=True)
+    table = MoneyAccount._meta.db_table
+    units = micro_units("balance")
+    platform = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
+                .values_list("id", units).get())
+    mine = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.BUYER_CREDIT, user=buyer)
+            .values_list("id", units).get())
+    rows: list = []
+    if owners.size:
+        with connection.cursor() as cur:
+            if connection.vendor == "postgresql":
+                cur.execute(f"INSERT INTO {table} (user_id, kind, balance) SELECT u, %s, 0 FROM unnest(%s::bigint[]) u "
+                            f"ON CONFLICT DO NOTHING", [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
+                cur.execute(f"SELECT user_id, id, round(balance * {UNITS})::bigint FROM {table} "
+                            f"WHERE kind = %s AND user_id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
+                            [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
+                rows = cur.fetchall()
+            else:  # SQLite: no row locks; the database is locked for writing by the transaction
+                MoneyAccount.objects.bulk_create(
+                    [MoneyAccount(user_id=o, kind=MoneyAccount.Kind.OWNER_EARNINGS) for o in owners.tolist()],
+                    ignore_conflicts=True, batch_size=5000)
+                rows = [r for start in range(0, owners.size, 900) for r in MoneyAccount.objects.filter(
+                    kind=MoneyAccount.Kind.OWNER_EARNINGS, user_id__in=owners[start:start + 900].tolist())
+                    .values_list("user_id", "id", units)]
+    got = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    order = np.argsort(got[:, 0], kind="stable")
+    got = got[order]
+    return Accounts(buyer=tuple(mine), platform=tuple(platform), owner_user=got[:, 0], owner_account=got[:, 1],
+                    owner_balance=got[:, 2])
+
+
+def micro_units(field: str):
+    """A money column in integer ten-thousandths, computed in SQL."""
+    return Cast(Round(F(field) * UNITS), BigIntegerField())
 
 
 def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.ndarray, now) -> None:
@@ -313,29 +350,38 @@ def _write_holdings(buyer, value_ids: np.ndarray, held: np.ndarray, holding_ids:
                      zip([buyer.id] * new.size, new.tolist(), [from_micro(e)] * new.size))
 
 
-def _move_money(purchase, accounts, buyer, owner_ids, charge, owner_share) -> None:
+def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> None:
+    """Debit the buyer, credit the platform's fee and each owner's share: set-based, in integer units."""
     total = int(charge.sum())
     if total == 0:
         return
     fee = total - int(owner_share.sum())
-    owners, per_owner = np.unique(owner_ids[owner_share > 0], return_inverse=True)
-    amounts = np.bincount(per_owner, weights=owner_share[owner_share > 0], minlength=owners.size).astype(np.int64)
-    moves = [(accounts[(buyer.id, MoneyAccount.Kind.BUYER_CREDIT)], -total, "purchase"),
-             (accounts[(None, MoneyAccount.Kind.PLATFORM)], fee, "platform fee")]
-    moves += [(accounts[(int(o), MoneyAccount.Kind.OWNER_EARNINGS)], int(a), "share of a sale")
-              for o, a in zip(owners.tolist(), amounts.tolist())]
+    paid = owner_share > 0
+    owners, per_owner = np.unique(owner_ids[paid], return_inverse=True)
+    amounts = np.bincount(per_owner, weights=owner_share[paid], minlength=owners.size).astype(np.int64)
+    pos = np.searchsorted(accounts.owner_user, owners)
+    ids = np.concatenate([[accounts.buyer[0], accounts.platform[0]], accounts.owner_account[pos]])
+    moves = np.concatenate([[-total, fee], amounts])
+    after = np.concatenate([[accounts.buyer[1], accounts.platform[1]], accounts.owner_balance[pos]]) + moves
+    keep = moves != 0
+    ids, moves, after = ids[keep], moves[keep], after[keep]
+    memos = np.where(np.arange(keep.size)[keep] == 0, "purchase",
+                     np.where(np.arange(keep.size)[keep] == 1, "platform fee", "share of a sale"))
+    as_dec = lambda a: _column_units(a)  # noqa: E731
     now = timezone.now()
-    entries, updates = [], []
-    for account, amount, memo in moves:
-        if amount == 0:
-            continue
-        account.balance = units_to_decimal(to_units(account.balance) + amount)
-        updates.append((account.id, account.balance))
-        entries.append((account.id, purchase.id, units_to_decimal(amount), account.balance, memo, now))
-    bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], updates,
+    bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], zip(ids.tolist(), as_dec(after)),
                      types={"id": "bigint", "balance": "numeric(16,4)"})
     bulk.insert_rows(MoneyEntry._meta.db_table,
-                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "created_at"], entries)
+                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "created_at"],
+                     zip(ids.tolist(), [purchase.id] * ids.size, as_dec(moves), as_dec(after), memos.tolist(),
+                         [now] * ids.size))
+
+
+def _column_units(values: np.ndarray) -> list:
+    """Integer ten-thousandths as Decimals, converting each distinct amount once."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    table = [units_to_decimal(int(v)) for v in distinct.tolist()]
+    return [table[i] for i in inverse.reshape(-1).tolist()]
 
 
 def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:

@@ -1,0 +1,741 @@
+"""E3: end-to-end time of a purchase (spec quality.md, "Performance").
+
+One purchase of every value of a categorical attribute (m = 5) at epsilon
+0.35, for n = 10^4, 10^5 and 10^6 values, on PostgreSQL:
+``market.purchases.purchase_claim`` then ``purchase_execute``, timed together
+from outside (the service code is not touched).  Every chain stores the grid
+points 0.1, 0.2, ..., 1.0 (the ceiling), so each value is **bridged** between
+0.3 and 0.4 and the new point is written back into its chain; the purchase
+also raises every budget's ``chain_loss``, appends one ledger block of n
+entries, records n holdings, pays n owners (owner earnings + platform fee,
+default price policy: 0.0035 per value) and stores the outputs.
+
+Beside it, in the same rounds (interleaved, best of the rounds): the limit, a
+single set-based SQL update of the same n rows::
+
+    UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, 0.35), updated_at = now()
+     WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %s)
+
+timed with its commit.  Targets: purchase >= 20% of the limit's rows/s, and
+time per value linear in n (the per-value time at 10^6 within 1.5x of 10^4's).
+
+Before each timed run the chains and budgets are reset to the same state (a
+fresh copy of the chain table, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
+``CHECKPOINT``) and a new buyer with enough credit is created, so every round
+does the same work (no upgrade credit, every value bridged).  Owners' earnings
+accounts and the platform account exist beforehand (owners who sold before).
+
+Where the time goes: the timed runs wrap the functions ``purchase_execute``
+calls (``candidates``, ``ChainSet.from_blobs``, ``chainsets.at``, ...) with
+``perf_counter`` probes (outermost calls only; the gaps between them are named
+after the inline code there: the chain read, the budget update); plus one
+extra untimed run under ``cProfile`` (at ``E3_PROFILE_N``, default 10^5)
+listing the functions with the most own time.
+
+Set-up (untimed) reuses ``benchmarks.e2_extension``: values, budgets and
+one-step chains by COPY, then the Celery task ``extend_chains`` grows every
+chain to the ceiling 1.0.  Uses a dedicated database ``ldpbench_e3`` (created,
+migrated and dropped at the end) on the server of ``E3_POSTGRES_URL``,
+``E2_POSTGRES_URL`` or ``DATABASE_URL`` (default postgresql://postgres@127.0.0.1:5432/).
+
+A size whose purchase would take longer than ``E3_MAX_SECONDS`` (default 600 s,
+predicted linearly from the smaller sizes) is run once instead of best-of, and
+one predicted to take more than twice that is not run; both are printed.
+
+Run: ``python -m benchmarks e3``; figures go to ``benchmarks/results/e3_purchase.json``.
+Quicker: ``E3_N=1e4,1e5 E3_ROUNDS=2 python -m benchmarks e3``.
+"""
+from __future__ import annotations
+
+import cProfile
+import math
+import os
+import pstats
+import time
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from . import _common
+
+NAME = "e3_purchase"
+DB_NAME = "ldpbench_e3"
+N_VALUES = tuple(int(float(x)) for x in os.environ.get("E3_N", "1e4,1e5,1e6").split(","))
+DEFAULT_ROUNDS = {10**4: 5, 10**5: 3, 10**6: 2}
+ROUNDS = {n: int(os.environ.get("E3_ROUNDS", DEFAULT_ROUNDS.get(n, 2))) for n in N_VALUES}
+PROFILE_N = int(float(os.environ.get("E3_PROFILE_N", "1e5")))
+MAX_SECONDS = float(os.environ.get("E3_MAX_SECONDS", "600"))
+EPSILON = "0.35"  # between the grid points 0.3 and 0.4: every value is bridged
+CEILING = "1.0"
+GRID_POINTS = 10  # 0.1 .. 1.0
+TARGET = 0.20
+LINEAR_FACTOR = 1.5  # "linear in n": per-value time at the largest n <= 1.5x that at the smallest
+FULL_CHAINS = "e3_chain_full"
+CREDIT_PER_VALUE = Decimal("0.01")  # more than the price at 0.35 (0.0035)
+
+
+def _pow10(n: int) -> str:
+    e = round(math.log10(n))
+    return f"10^{e}" if 10**e == n else str(n)
+
+
+# --------------------------------------------------------------------------- database and Django
+
+def _server_url() -> str:
+    from .e2_extension import _server_url as e2_server_url
+
+    url = os.environ.get("E3_POSTGRES_URL")
+    if url:
+        os.environ["E2_POSTGRES_URL"] = url
+    return e2_server_url()
+
+
+def _setup_django(db_url: str, name: str = DB_NAME) -> None:
+    """Point Django at the database ``name`` of ``db_url`` (before ``django.setup()``, or repoint it); migrate."""
+    os.environ["DATABASE_URL"] = db_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ldpmarket.settings")
+    for key, value in (("DJANGO_SECRET_KEY", "e3-benchmark-secret"),
+                       ("LDP_VALUE_KEY", "e3-benchmark-value-key"),
+                       ("LDP_PSEUDONYM_KEY", "e3-benchmark-pseudonym-key")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+    from django.apps import apps
+
+    if apps.ready:  # set up by another benchmark in this process: repoint its connection at our database
+        from django.db import connections
+
+        conn = connections["default"]
+        conn.close()
+        parts = urlsplit(db_url)
+        conn.settings_dict.update(NAME=name, HOST=parts.hostname or "", PORT=str(parts.port or ""),
+                                  USER=parts.username or "", PASSWORD=parts.password or "")
+    else:
+        django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+# --------------------------------------------------------------------------- set-up (untimed)
+
+def _setup(n: int) -> int:
+    """n values with chains stored at 0.1 .. 1.0, owners' accounts, the snapshot to reset to; the attribute id."""
+    from django.db import connection, transaction
+
+    from accounts.models import MoneyAccount
+    from market.tasks import extend_chains
+
+    from . import e2_extension as e2
+
+    attribute_id = e2._make_values(n)  # n owners, values (inputs sealed), budgets (ceiling 1.0), 1-step chains
+    with transaction.atomic(), connection.cursor() as c:
+        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
+        c.execute("TRUNCATE market_chain")
+        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {e2.INITIAL_TABLE} "
+                  f"ORDER BY value_id")
+    extended = extend_chains.apply(args=[attribute_id]).get()
+    if extended != n:
+        raise RuntimeError(f"extend_chains extended {extended} values, expected {n}")
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute(f"DROP TABLE IF EXISTS {FULL_CHAINS}")
+        c.execute(f"CREATE TABLE {FULL_CHAINS} AS SELECT * FROM market_chain ORDER BY value_id")
+        c.execute("SELECT min(length), max(length), min(head), max(head) FROM market_chain")
+        lo, hi, head_lo, head_hi = c.fetchone()
+        if (lo, hi) != (GRID_POINTS, GRID_POINTS) or head_lo != head_hi or head_lo != Decimal(CEILING):
+            raise RuntimeError(f"chains after set-up: lengths {lo}..{hi}, heads {head_lo}..{head_hi}")
+        # Owners who sold before: their earnings accounts and the platform's exist.
+        c.execute("DELETE FROM accounts_moneyaccount WHERE NOT EXISTS "
+                  "(SELECT 1 FROM accounts_moneyentry e WHERE e.account_id = accounts_moneyaccount.id)")
+        c.execute("INSERT INTO accounts_moneyaccount (user_id, kind, balance) "
+                  "SELECT id, %s, 0 FROM accounts_user WHERE role = 'owner' ON CONFLICT DO NOTHING",
+                  [MoneyAccount.Kind.OWNER_EARNINGS])
+    MoneyAccount.objects.get_or_create(user=None, kind=MoneyAccount.Kind.PLATFORM)
+    with connection.cursor() as c:
+        c.execute("VACUUM ANALYZE accounts_moneyaccount")
+    return attribute_id
+
+
+def _reset() -> None:
+    """Chains back to 0.1 .. 1.0 (a fresh table) and chain_loss back to 0: every timed run starts alike."""
+    from django.db import connection, transaction
+
+    from . import e2_extension as e2
+
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("TRUNCATE market_chain")
+        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
+        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {FULL_CHAINS} ORDER BY value_id")
+        c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
+    with connection.cursor() as c:
+        c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount")
+    e2._checkpoint()
+
+
+_buyers = 0
+
+
+def _new_buyer(n: int):
+    """A fresh buyer (no holdings: no upgrade credit) with enough credit for n values."""
+    from accounts.models import MoneyAccount, MoneyEntry, User
+
+    global _buyers
+    _buyers += 1
+    buyer = User.objects.create(username=f"e3-buyer-{n}-{_buyers}-{time.monotonic_ns()}", role=User.Role.BUYER,
+                                password="!")
+    credit = CREDIT_PER_VALUE * n
+    account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT, balance=credit)
+    MoneyEntry.objects.create(account=account, amount=credit, balance_after=credit, memo="benchmark credit")
+    return buyer
+
+
+# --------------------------------------------------------------------------- the limit
+
+def _time_limit(attribute_id: int, n: int) -> float:
+    from django.db import connection, transaction
+
+    start = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, %s), updated_at = now() "
+                  "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %s)",
+                  [Decimal(EPSILON), attribute_id])
+        rows = c.rowcount
+    seconds = time.perf_counter() - start
+    if rows != n:
+        raise RuntimeError(f"the limit updated {rows} rows, expected {n}")
+    return seconds
+
+
+# --------------------------------------------------------------------------- the purchase, in phases
+
+#: (module, class or None, function, label): what purchase_execute calls, in the order it calls them.
+PROBES = [
+    ("market.purchases", None, "candidates", "lock + read budgets (candidates)"),
+    ("market.chainsets", "ChainSet", "from_blobs", "decode chains (ChainSet.from_blobs)"),
+    ("market.purchases", None, "_inputs_for_extension", "inputs for extension"),
+    ("market.chainsets", None, "at", "bridge (chainsets.at)"),
+    ("market.purchases", None, "held_epsilons", "holdings read (held_epsilons)"),
+    ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
+    ("market.purchases", None, "_write_chains", "write chains (_write_chains)"),
+    ("ldpmarket.bulk", None, "update_rows", "update budgets (bulk.update_rows)"),
+    ("accounts.ledger", None, "append", "ledger block (ledger.append)"),
+    ("market.purchases", None, "_write_holdings", "write holdings (_write_holdings)"),
+    ("market.purchases", None, "_move_money", "money movements (_move_money)"),
+    ("market.purchases", None, "_write_chunks", "write outputs (_write_chunks)"),
+]
+#: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
+GAPS = {
+    "lock + read budgets (candidates)": "lock purchase row",
+    "decode chains (ChainSet.from_blobs)": "lock + read chains (inline ORM query)",
+}
+
+
+class _Probes:
+    """perf_counter probes around the functions ``purchase_execute`` calls (outermost calls only)."""
+
+    def __init__(self):
+        self.events: list[tuple[str, float, float]] = []
+        self._undo = []
+        self._depth = 0
+        self.current: str | None = None  # the outermost probed function running now
+
+    def _wrap(self, func, label):
+        def timed(*args, **kwargs):
+            self._depth += 1
+            if self._depth == 1:
+                self.current = label
+            start = time.perf_counter()
+            ok = False
+            try:
+                result = func(*args, **kwargs)
+                ok = True
+                return result
+            finally:
+                end = time.perf_counter()
+                self._depth -= 1
+                if self._depth == 0:
+                    self.events.append((label, start, end))
+                    if ok:  # an exception (e.g. the watchdog's cancel) leaves the label of where it happened
+                        self.current = None
+        return timed
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, cls_name, name, label in PROBES:
+            owner = importlib.import_module(module_name)
+            if cls_name:
+                owner = getattr(owner, cls_name)
+                original = owner.__dict__[name]  # the classmethod object
+                setattr(owner, name, classmethod(self._wrap(original.__func__, label)))
+            else:
+                original = getattr(owner, name)
+                setattr(owner, name, self._wrap(original, label))
+            self._undo.append((owner, name, original))
+
+    def restore(self) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+    def phases(self, t_start: float, t_end: float) -> dict[str, float]:
+        """Seconds per phase, the gaps between probes named, the tail = save + commit."""
+        out: dict[str, float] = {}
+        last = t_start
+        for label, start, end in self.events:
+            gap = start - last
+            if gap > 0:
+                name = GAPS.get(label, f"inline before {label.split(' (')[0]}")
+                out[name] = out.get(name, 0.0) + gap
+            out[label] = out.get(label, 0.0) + end - start
+            last = end
+        out["save purchase + commit"] = t_end - last
+        return out
+
+
+class _Watchdog:
+    """Cancels the backend's running statement after ``seconds`` (a time bound on one purchase).
+
+    When it fires it first reads the statement running then (``pg_stat_activity``), so the report can
+    say where the purchase was stuck.
+    """
+
+    def __init__(self, seconds: float):
+        import threading
+
+        from django.db import connection
+
+        connection.ensure_connection()
+        self.pid = connection.connection.info.backend_pid
+        self.dsn = _dsn()
+        self.fired = False
+        self.query: str | None = None
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            row = c.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [self.pid]).fetchone()
+            self.query = row[0] if row else None
+            self.fired = True
+            c.execute("SELECT pg_cancel_backend(%s)", [self.pid])
+
+    def __enter__(self):
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+        return False
+
+
+def _dsn() -> str:
+    from django.db import connection
+
+    d = connection.settings_dict
+    auth = d["USER"] + (f":{d['PASSWORD']}" if d["PASSWORD"] else "")
+    return f"postgresql://{auth}@{d['HOST'] or 'localhost'}:{d['PORT'] or 5432}/{d['NAME']}"
+
+
+def _plan(sql: str, params) -> list[str]:
+    """EXPLAIN (no ANALYZE: nothing runs, nothing is locked) of a statement the purchase ran."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("EXPLAIN " + sql, params)
+        return [row[0] for row in c.fetchall()]
+
+
+MONEY_LOCK_MARKERS = ('FROM "accounts_moneyaccount"', "FOR UPDATE")
+
+
+def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cProfile.Profile | None = None,
+                  time_bound: float | None = None) -> dict:
+    """One purchase, timed; with ``time_bound`` it is cancelled (rolled back) if it runs longer."""
+    import psycopg
+    from django.db import OperationalError, connection
+
+    from market.models import Attribute, Purchase
+    from market.purchases import purchase_claim, purchase_execute
+
+    buyer = _new_buyer(n)
+    attribute = Attribute.objects.get(id=attribute_id)
+    pr = _Probes()
+    statements: dict[str, tuple] = {}
+
+    def capture(execute, sql, params, many, context):  # the statement locking the money accounts
+        if all(m in sql for m in MONEY_LOCK_MARKERS) and "money_lock" not in statements:
+            statements["money_lock"] = (sql, params)
+        return execute(sql, params, many, context)
+
+    if probes:
+        pr.install()
+    watchdog = _Watchdog(time_bound) if time_bound else None
+    try:
+        with connection.execute_wrapper(capture):
+            if watchdog:
+                watchdog.__enter__()
+            start = time.perf_counter()
+            if profile is not None:
+                profile.enable()
+            claimed, created = purchase_claim(buyer=buyer, attribute=attribute, epsilon=EPSILON, cohort=None,
+                                              idempotency_key=f"e3-{buyer.id}")
+            claim_end = time.perf_counter()
+            try:
+                purchase = purchase_execute(purchase_id=claimed.id)
+            except (OperationalError, psycopg.OperationalError):  # cancelled: in Django's cursor or a raw COPY
+                if watchdog is None or not watchdog.fired:
+                    raise
+                stuck = pr.current or "inline code of purchase_execute or COMMIT"
+                elapsed = time.perf_counter() - start
+                plan = _plan(*statements["money_lock"]) if "money_lock" in statements else None
+                return {"timed_out": True, "seconds": elapsed, "stuck_in": stuck, "stuck_query": watchdog.query,
+                        "money_lock_plan": plan, "phases": None}
+            finally:
+                if profile is not None:
+                    profile.disable()
+            end = time.perf_counter()
+    finally:
+        if watchdog:
+            watchdog.__exit__()
+        pr.restore()
+    if not created or purchase.status != Purchase.Status.COMPLETED:
+        raise RuntimeError(f"purchase not completed: {purchase.status} {purchase.error}")
+    if purchase.included != n or purchase.new_points != n:
+        raise RuntimeError(f"purchase included {purchase.included} and bridged {purchase.new_points}, expected {n}")
+    want_price = (Decimal(EPSILON) / 100).quantize(Decimal("0.0001")) * n  # default policy: 0.01 at epsilon 1
+    if purchase.price != want_price:
+        raise RuntimeError(f"purchase price {purchase.price}, expected {want_price}")
+    phases = None
+    if probes:
+        phases = {"purchase_claim": claim_end - start}
+        phases.update(pr.phases(claim_end, end))
+    plan = _plan(*statements["money_lock"]) if "money_lock" in statements else None
+    return {"timed_out": False, "seconds": end - start, "claim_seconds": claim_end - start,
+            "purchase_id": purchase.id, "phases": phases, "money_lock_plan": plan}
+
+
+def _check(attribute_id: int, n: int, purchase_id: int) -> None:
+    """After a purchase: every budget at 0.35, every chain one point longer, one ledger entry per value."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT count(*), min(chain_loss), max(chain_loss) FROM accounts_budgetaccount b "
+                  "JOIN market_value v ON v.id = b.value_id WHERE v.attribute_id = %s", [attribute_id])
+        count, lo, hi = c.fetchone()
+        assert count == n and lo == hi == Decimal(EPSILON), (count, lo, hi)
+        c.execute("SELECT min(length), max(length) FROM market_chain")
+        assert c.fetchone() == (GRID_POINTS + 1, GRID_POINTS + 1)
+        c.execute("SELECT count(*) FROM accounts_ledgerentry WHERE purchase_id = %s", [purchase_id])
+        assert c.fetchone()[0] == n
+        c.execute("SELECT count(*), sum(amount) FROM accounts_moneyentry WHERE purchase_id = %s", [purchase_id])
+        entries, total = c.fetchone()
+        assert entries == n + 2 and total == 0, (entries, total)
+
+
+# --------------------------------------------------------------------------- profile
+
+DEFERRED_SQL = """
+SELECT c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text
+  FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+ WHERE c.contype = 'f' AND c.condeferred
+   AND c.conrelid::regclass::text IN ('accounts_ledgerentry', 'market_holding', 'accounts_moneyentry',
+                                      'market_purchasechunk')
+ ORDER BY 1, 2"""
+
+
+def _profile(attribute_id: int, n: int, top: int = 18) -> dict:
+    """One untimed purchase under cProfile: the functions with the most own time, and key cumulative times.
+
+    In this run only, ``SET CONSTRAINTS ALL IMMEDIATE`` is issued right after the last write
+    (``_write_chunks``), so the deferred foreign-key checks that otherwise run inside COMMIT are
+    timed on their own (same checks, same transaction, only earlier).
+    """
+    from django.db import connection
+
+    from market import purchases
+
+    _reset()
+    prof = cProfile.Profile()
+    original = purchases._write_chunks
+    deferred = {}
+
+    def write_chunks_then_check(*args, **kwargs):
+        result = original(*args, **kwargs)
+        start = time.perf_counter()
+        with connection.cursor() as c:
+            c.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        deferred["seconds"] = time.perf_counter() - start
+        return result
+
+    purchases._write_chunks = write_chunks_then_check
+    try:
+        run = _run_purchase(attribute_id, n, probes=False, profile=prof)
+    finally:
+        purchases._write_chunks = original
+    with connection.cursor() as c:
+        c.execute(DEFERRED_SQL)
+        constraints = [f"{t}.{col} -> {ref}" for t, col, ref in c.fetchall()]
+    stats = pstats.Stats(prof)
+    total = run["seconds"]
+    rows = []
+    for (filename, line, func), (cc, nc, tt, ct, _callers) in stats.stats.items():
+        rows.append({"function": f"{_short_path(filename)}:{line}({func})", "calls": nc, "tottime": tt,
+                     "cumtime": ct})
+    by_own = sorted(rows, key=lambda r: -r["tottime"])[:top]
+    wanted = ("purchases.py", "chainsets.py", "bulk.py", "ledger.py", "pricing.py")
+    by_cum = sorted((r for r in rows if any(w in r["function"] for w in wanted)), key=lambda r: -r["cumtime"])[:top]
+    return {"n": n, "seconds_under_profile": total, "top_own_time": by_own, "top_cumulative_in_service": by_cum,
+            "deferred_fk_check_seconds": deferred.get("seconds"), "deferred_fk_constraints": constraints}
+
+
+def _short_path(filename: str) -> str:
+    for marker in ("/site-packages/", "/work/main/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename.rsplit("/", 1)[-1] if "/" in filename else filename
+
+
+# --------------------------------------------------------------------------- main
+
+def _subplan_kind(plan: list[str] | None) -> str | None:
+    """How the plan of _lock_money's query tests ``user_id IN (owners)``: hashed (linear) or not (quadratic)."""
+    if not plan:
+        return None
+    text = "\n".join(plan)
+    if "hashed SubPlan" in text:
+        return "hashed SubPlan (one hash probe per account: linear)"
+    if "SubPlan" in text:
+        return "plain SubPlan over a Materialize (scans the owner list per account: quadratic)"
+    return "no SubPlan (" + plan[0].strip()[:60] + ")"
+
+
+def measure(n: int, rounds: int) -> dict:
+    t0 = time.perf_counter()
+    attribute_id = _setup(n)
+    print(f"  set up n={_pow10(n)}: values, budgets, chains extended to {CEILING} "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    limit_best, purchase_best, runs = float("inf"), float("inf"), []
+    timed_out = None
+    for r in range(rounds):
+        _reset()
+        limit_best = min(limit_best, _time_limit(attribute_id, n))
+        _reset()
+        run = _run_purchase(attribute_id, n, time_bound=MAX_SECONDS)
+        if run["timed_out"]:
+            timed_out = run
+            print(f"  n={_pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best; purchase "
+                  f"CANCELLED after {run['seconds']:.0f} s (E3_MAX_SECONDS), stuck in {run['stuck_in']}; its "
+                  f"money-account lock query is planned as: {_subplan_kind(run['money_lock_plan'])}", flush=True)
+            break
+        _check(attribute_id, n, run["purchase_id"])
+        runs.append(run)
+        purchase_best = min(purchase_best, run["seconds"])
+        print(f"  n={_pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best, "
+              f"purchase {n / run['seconds']:,.0f} values/s ({run['seconds']:.2f} s); money-account lock: "
+              f"{_subplan_kind(run['money_lock_plan'])}", flush=True)
+    out = {"n": n, "rounds": rounds, "attribute_id": attribute_id, "limit_seconds": limit_best,
+           "limit_rows_per_second": n / limit_best, "limit_us_per_row": 1e6 * limit_best / n}
+    if not runs:  # did not finish within the time bound: a lower bound on its time
+        secs = timed_out["seconds"]
+        out.update({
+            "finished": False, "purchase_seconds": None, "purchase_seconds_at_least": secs,
+            "purchase_values_per_second": None, "purchase_values_per_second_at_most": n / secs,
+            "us_per_value": None, "us_per_value_at_least": 1e6 * secs / n,
+            "ratio_to_limit": None, "ratio_to_limit_at_most": limit_best / secs, "pass": False,
+            "stuck_in": timed_out["stuck_in"], "stuck_query": timed_out["stuck_query"],
+            "money_lock_plan": timed_out["money_lock_plan"],
+            "money_lock_subplan": _subplan_kind(timed_out["money_lock_plan"]), "phases_best_round": {}})
+        return out
+    best = min(runs, key=lambda run: run["seconds"])
+    out.update({
+        "finished": True, "purchase_seconds": purchase_best, "purchase_values_per_second": n / purchase_best,
+        "us_per_value": 1e6 * purchase_best / n, "ratio_to_limit": limit_best / purchase_best,
+        "pass": limit_best / purchase_best >= TARGET,
+        "purchase_seconds_all_rounds": [run["seconds"] for run in runs],
+        "phases_best_round": best["phases"], "money_lock_plan": best["money_lock_plan"],
+        "money_lock_subplan": _subplan_kind(best["money_lock_plan"]),
+        "rounds_cancelled": 1 if timed_out else 0,
+    })
+    return out
+
+
+def main() -> dict:
+    t0 = time.perf_counter()
+    info = _common.machine_info()
+    _common.print_machine(info)
+    server = _server_url()
+    from .e2_extension import _admin, _with_db
+
+    db_url = _with_db(server, DB_NAME)
+    print(f"E3 purchase on PostgreSQL (database {DB_NAME} on {urlsplit(server).hostname}): purchase_claim + "
+          f"purchase_execute of n values at epsilon {EPSILON} (every value bridged between 0.3 and 0.4; budgets, "
+          f"ledger, holdings, money, outputs); beside it a set-based UPDATE of the same n budget rows (the "
+          f"limit); rounds interleaved, best of {', '.join(f'{_pow10(n)}: {ROUNDS[n]}' for n in N_VALUES)}",
+          flush=True)
+    _admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    _admin(server, f"CREATE DATABASE {DB_NAME}")
+    results, skipped, profile = [], [], None
+    try:
+        _setup_django(db_url)
+        from django.db import connection
+
+        with connection.cursor() as c:
+            c.execute("SELECT version()")
+            pg_version = c.fetchone()[0]
+        for n in N_VALUES:
+            rounds = ROUNDS[n]
+            if results and not results[-1]["finished"]:
+                note = (f"n={_pow10(n)} NOT MEASURED: n={_pow10(results[-1]['n'])} did not finish within "
+                        f"E3_MAX_SECONDS = {MAX_SECONDS:.0f} s")
+                print("  " + note, flush=True)
+                skipped.append({"n": n, "predicted_seconds": None, "note": note})
+                continue
+            if results:  # predict from the largest size measured so far (linear in n)
+                prev = results[-1]
+                predicted = prev["purchase_seconds"] * n / prev["n"]
+                if predicted > 2 * MAX_SECONDS:
+                    note = (f"n={_pow10(n)} NOT MEASURED: a purchase is predicted to take {predicted:.0f} s "
+                            f"(> 2 x E3_MAX_SECONDS = {2 * MAX_SECONDS:.0f} s)")
+                    print("  " + note, flush=True)
+                    skipped.append({"n": n, "predicted_seconds": predicted, "note": note})
+                    continue
+                if predicted * rounds > MAX_SECONDS and rounds > 1:
+                    print(f"  n={_pow10(n)}: a purchase is predicted to take {predicted:.0f} s; one round only "
+                          f"(E3_MAX_SECONDS = {MAX_SECONDS:.0f} s)", flush=True)
+                    rounds = 1
+            results.append(measure(n, rounds))
+            if n == PROFILE_N:
+                profile = _profile(results[-1]["attribute_id"], n)
+        if profile is None and results:  # the profile size was not among those run: profile the smallest
+            profile = _profile(_setup(results[0]["n"]), results[0]["n"])
+    finally:
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:  # pragma: no cover - Django never set up
+            pass
+        _admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    print(flush=True)
+
+    base_us = results[0]["us_per_value"] or float("nan")  # None if even the smallest did not finish
+
+    def row(r):
+        if r["finished"]:
+            return [_pow10(r["n"]), _common.si(r["purchase_values_per_second"], "/s"), f"{r['purchase_seconds']:.3f}",
+                    f"{r['us_per_value']:.2f}", f"{r['us_per_value'] / base_us:.2f}",
+                    _common.si(r["limit_rows_per_second"], "/s"), f"{r['limit_seconds']:.3f}",
+                    f"{100 * r['ratio_to_limit']:.1f}%", "PASS" if r["pass"] else "FAIL"]
+        return [_pow10(r["n"]), "<= " + _common.si(r["purchase_values_per_second_at_most"], "/s"),
+                f">= {r['purchase_seconds_at_least']:.0f} (cancelled)", f">= {r['us_per_value_at_least']:.0f}",
+                f">= {r['us_per_value_at_least'] / base_us:.2f}", _common.si(r["limit_rows_per_second"], "/s"),
+                f"{r['limit_seconds']:.3f}", f"<= {100 * r['ratio_to_limit_at_most']:.2f}%", "FAIL"]
+
+    _common.print_table(
+        ["n", "purchase values/s", "purchase s", "us/value", "x us/value at " + _pow10(results[0]["n"]),
+         "limit rows/s", "limit s", "of limit", ">= 20%"],
+        [row(r) for r in results] + [[_pow10(s["n"]), s["note"]] for s in skipped],
+        title=f"E3 purchase: values per second of purchase_claim + purchase_execute (bridging at {EPSILON}, ledger, "
+              f"money) vs a set-based UPDATE of the same budget rows (the limit); best of the rounds; PostgreSQL "
+              f"{pg_version.split()[1]}")
+    _common.print_table(
+        ["n", "money accounts (_lock_money) s", "us/value", "plan of its SELECT ... FOR UPDATE (user_id IN owners)"],
+        [[_pow10(r["n"]),
+          f"{r['phases_best_round'].get('money accounts (_lock_money)', 0.0):.3f}" if r["finished"]
+          else f"cancelled in it after {r['purchase_seconds_at_least']:.0f} s" if r["stuck_in"] and "_lock_money"
+          in r["stuck_in"] else f"cancelled in {r['stuck_in']}",
+          f"{1e6 * r['phases_best_round'].get('money accounts (_lock_money)', 0.0) / r['n']:.2f}"
+          if r["finished"] else "-", r["money_lock_subplan"] or "-"] for r in results],
+        title="Hot spot: market.purchases._lock_money's locking query (Q(...) | Q(user__in=subquery)), "
+              "EXPLAIN of the statement the purchase ran")
+    finished = [r for r in results if r["finished"]]
+    phase_names: list[str] = []
+    for r in finished:  # (nothing printed when no size finished)
+        for p in r["phases_best_round"]:
+            if p not in phase_names:
+                phase_names.append(p)
+    if finished:
+        _common.print_table(
+            ["phase (best round)"] + [_pow10(r["n"]) for r in finished] + ["us/value at " + _pow10(finished[-1]["n"])],
+            [[p] + [f"{r['phases_best_round'].get(p, 0.0):.3f} s "
+                    f"({100 * r['phases_best_round'].get(p, 0.0) / r['purchase_seconds']:.0f}%)" for r in finished]
+             + [f"{1e6 * finished[-1]['phases_best_round'].get(p, 0.0) / finished[-1]['n']:.2f}"]
+             for p in phase_names],
+            title="Where a purchase's time goes (perf_counter probes around the functions purchase_execute calls)")
+    if profile:
+        _common.print_table(
+            ["function (own time)", "calls", "own s", "share", "cum s"],
+            [[r["function"], f"{r['calls']:,}", f"{r['tottime']:.3f}",
+              f"{100 * r['tottime'] / profile['seconds_under_profile']:.1f}%", f"{r['cumtime']:.3f}"]
+             for r in profile["top_own_time"]],
+            title=f"cProfile of one purchase at n={_pow10(profile['n'])} (untimed run, "
+                  f"{profile['seconds_under_profile']:.2f} s under the profiler): most own time")
+        _common.print_table(
+            ["function in the service (cumulative)", "calls", "cum s", "share"],
+            [[r["function"], f"{r['calls']:,}", f"{r['cumtime']:.3f}",
+              f"{100 * r['cumtime'] / profile['seconds_under_profile']:.1f}%"]
+             for r in profile["top_cumulative_in_service"]],
+            title="... and the service's functions by cumulative time")
+        print(f"Deferred foreign-key checks (SET CONSTRAINTS ALL IMMEDIATE after the last write, same run): "
+              f"{profile['deferred_fk_check_seconds']:.3f} s "
+              f"({100 * profile['deferred_fk_check_seconds'] / profile['seconds_under_profile']:.0f}% of the "
+              f"profiled purchase); in the timed runs they run inside COMMIT ('save purchase + commit').")
+        print("Deferred FK constraints checked per inserted row (tables a purchase inserts n rows into): "
+              + ", ".join(profile["deferred_fk_constraints"]) + "\n", flush=True)
+
+    small, big = results[0], results[-1]
+    big_us = big["us_per_value"] if big["finished"] else big["us_per_value_at_least"]
+    linear_factor = big_us / (small["us_per_value"] or float("nan"))
+    linear = linear_factor <= LINEAR_FACTOR and big["finished"]
+    print("Targets (quality.md E3):")
+    for r in results:
+        if r["finished"]:
+            print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  n={_pow10(r['n'])}: "
+                  f"{100 * r['ratio_to_limit']:.1f}% ({r['purchase_values_per_second']:,.0f} values/s vs "
+                  f"{r['limit_rows_per_second']:,.0f} rows/s)")
+        else:
+            print(f"FAIL  purchase >= {TARGET:.0%} of the limit  n={_pow10(r['n'])}: DID NOT FINISH, cancelled after "
+                  f"{r['purchase_seconds_at_least']:.0f} s in {r['stuck_in']} (<= "
+                  f"{100 * r['ratio_to_limit_at_most']:.2f}%; limit {r['limit_rows_per_second']:,.0f} rows/s)")
+    if len(results) > 1:
+        print(f"{'PASS' if linear else 'FAIL':4}  linear in n                n={_pow10(small['n'])} -> "
+              f"{_pow10(big['n'])}: time per value x{linear_factor:.2f}{'' if big['finished'] else ' at least'} "
+              f"({small['us_per_value']:.2f} -> {'' if big['finished'] else '>= '}{big_us:.2f} us; "
+              f"pass if <= x{LINEAR_FACTOR:g})")
+    for s in skipped:
+        print(f"NOTE  {s['note']}")
+    elapsed = time.perf_counter() - t0
+    result = {
+        "machine": info,
+        "config": {
+            "n_values": list(N_VALUES), "rounds": {str(k): v for k, v in ROUNDS.items()}, "epsilon": EPSILON,
+            "m": 5, "grid": "0.1 step 0.1, chains stored at 0.1 .. 1.0", "ceiling": CEILING,
+            "price_policy": "default: points (0, 0), (1, 0.01), (10, 0.05); owner share 0.8",
+            "owners": "one owner per value (n owners paid per purchase); earnings accounts exist beforehand",
+            "target_ratio": TARGET, "linear_factor": LINEAR_FACTOR, "postgresql": pg_version,
+            "purchase": "purchase_claim + purchase_execute (market.purchases), called directly, secure default "
+                        "rng; a fresh buyer per run (no upgrade credit)",
+            "limit": "UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, 0.35), updated_at = now() "
+                     "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %s), with its commit",
+            "reset_before_each_timed_run": "market_chain re-filled from a snapshot, chain_loss = 0, VACUUM ANALYZE, "
+                                           "CHECKPOINT",
+            "max_seconds": MAX_SECONDS,
+        },
+        "results": results,
+        "skipped": skipped,
+        "linear_factor": linear_factor,
+        "linear": linear,
+        "profile": profile,
+        "elapsed_seconds": elapsed,
+    }
+    path = _common.write_results(NAME, result)
+    print(f"\nwrote {path} ({elapsed:.0f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()
