@@ -13,14 +13,17 @@ import time
 import traceback
 
 #: Benchmark modules of this package, in the order they run.  Each defines
-#: ``main()``.  To add one, write ``benchmarks/<name>.py`` and list it here
-#: (planned: "e3_purchase", "e4_api").
+#: ``main()``.  To add one, write ``benchmarks/<name>.py`` and list it here.
 BENCHMARKS: list[str] = [
     "e1_engine",
     "e2_extension",
     "e3_purchase",
     "e4_api",
     "paper_experiments",
+    "uldp_reproduction",
+    "rr3_reproduction",
+    "private_sampling_reproduction",
+    "surveys_reproduction",
 ]
 
 

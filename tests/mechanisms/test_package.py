@@ -4,7 +4,8 @@ import sys
 
 
 def test_mechanisms_imports_without_django():
-    code = ("import sys, mechanisms, mechanisms.estimators, mechanisms.rappor, mechanisms.audit, mechanisms.numeric;"
+    code = ("import sys, mechanisms, mechanisms.estimators, mechanisms.rappor, mechanisms.audit, mechanisms.numeric,"
+            " mechanisms.uldp, mechanisms.rr3, mechanisms.private_sampling, mechanisms.surveys;"
             "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'));"
             "assert not bad, bad; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": "."})
