@@ -1,4 +1,7 @@
-"""Exact integer sampling of the "structured" distributions every mechanism here draws from.
+"""Exact integer sampling: the "structured" distributions of the RR kernels, and general ones.
+
+``draw_categorical`` / ``draw_iid`` (end of this module) sample any distribution by integer thresholds on
+its cumulative sum, for the private sampler and the surveys.
 
 All kernels of spec gradual-release.md (k-RR, a relaxation step, a bridge, a
 tightening) have the same shape for a given row: one category ``first``
@@ -27,6 +30,9 @@ from .random import U64_MAX, threshold, words
 #: Rows drawn per vectorized pass: large enough to amortise numpy's call
 #: overhead, small enough that the temporaries stay in the CPU cache.
 BLOCK = 1 << 14
+#: Cells (rows x categories) per pass when drawing from general distributions.
+_BLOCK_CELLS = 1 << 20
+_TWO_64 = float(2**64)
 
 
 @dataclass(frozen=True)
@@ -89,3 +95,41 @@ def _draw_block(rng, first, second, m, layout, cond, layout_else):
     other = k + (k >= lo)
     other += other >= hi
     return np.where(u < others_end, other, np.where(u < second_end, second, first))
+
+
+# ---------------------------------------------------------------- general distributions
+
+def draw_categorical(rng, probs: np.ndarray) -> np.ndarray:
+    """One category per row of ``probs`` (rows sum to 1) from one uniform 64-bit word each.
+
+    Thresholds ``T_j = floor(cdf_j 2^64)``: the outcome is the number of ``T_j <= u``, so category j has
+    probability ``(T_j - T_{j-1}) / 2^64`` (within 2^-52 of ``probs[j]``).  A cumulative sum that reached
+    1 stands for ``T = 2^64``, which no word reaches; the last category takes the remainder.
+    """
+    probs = np.atleast_2d(probs)
+    rows, n = probs.shape
+    u = words(rng, rows)
+    if rows == 1:
+        return _draw_iid_words(probs[0], u)
+    out = np.empty(rows, dtype=np.int64)
+    step = max(1, _BLOCK_CELLS // n)
+    for start in range(0, rows, step):            # cache-sized blocks, each one vectorised pass
+        sl = slice(start, start + step)
+        cdf = np.cumsum(probs[sl, :-1], axis=1)
+        valid = cdf < 1.0                          # a prefix: the cdf is non-decreasing
+        thresholds = np.floor(np.where(valid, cdf, 0.0) * _TWO_64).astype(np.uint64)
+        out[sl] = (valid & (thresholds <= u[sl, None])).sum(axis=1)
+    return out
+
+
+def _draw_iid_words(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    cdf = np.cumsum(probs[:-1])
+    cdf = cdf[cdf < 1.0]
+    thresholds = np.floor(cdf * _TWO_64).astype(np.uint64)
+    return np.searchsorted(thresholds, u, side="right").astype(np.int64)
+
+
+def draw_iid(rng, probs: np.ndarray, size: int) -> np.ndarray:
+    """``size`` independent categories from one distribution ``probs`` (thresholds as in
+    :func:`draw_categorical`, one ``np.searchsorted`` over ``size`` words)."""
+    return _draw_iid_words(probs, words(rng, size))

@@ -47,14 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_eps, check_m
-from .random import words
+from ._sampling import draw_categorical
 from .rr import rr_matrix
 
 #: How far a probability vector's sum may stray from 1 before it is rejected (it is then renormalised).
 SUM_TOLERANCE = 1e-9
-_TWO_64 = float(2**64)
 #: Cells per vectorised pass when drawing for many distributions at once.
-_BLOCK_CELLS = 1 << 20
 
 _ALIASES = {
     "tv": "tv", "total_variation": "tv",
@@ -197,44 +195,6 @@ def _output_distribution(p: np.ndarray, pt: _Parts) -> np.ndarray:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- sampling
-
-def _draw_categorical(rng, probs: np.ndarray) -> np.ndarray:
-    """One category per row of ``probs`` (rows sum to 1) from one uniform 64-bit word each.
-
-    Thresholds ``T_j = floor(cdf_j 2^64)``: the outcome is the number of ``T_j <= u``, so category j has
-    probability ``(T_j - T_{j-1}) / 2^64`` (within 2^-52 of ``probs[j]``).  A cumulative sum that reached
-    1 stands for ``T = 2^64``, which no word reaches; the last category takes the remainder.
-    """
-    probs = np.atleast_2d(probs)
-    rows, n = probs.shape
-    u = words(rng, rows)
-    if rows == 1:
-        return _draw_iid_words(probs[0], u)
-    out = np.empty(rows, dtype=np.int64)
-    step = max(1, _BLOCK_CELLS // n)
-    for start in range(0, rows, step):            # cache-sized blocks, each one vectorised pass
-        sl = slice(start, start + step)
-        cdf = np.cumsum(probs[sl, :-1], axis=1)
-        valid = cdf < 1.0                          # a prefix: the cdf is non-decreasing
-        thresholds = np.floor(np.where(valid, cdf, 0.0) * _TWO_64).astype(np.uint64)
-        out[sl] = (valid & (thresholds <= u[sl, None])).sum(axis=1)
-    return out
-
-
-def _draw_iid_words(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    cdf = np.cumsum(probs[:-1])
-    cdf = cdf[cdf < 1.0]
-    thresholds = np.floor(cdf * _TWO_64).astype(np.uint64)
-    return np.searchsorted(thresholds, u, side="right").astype(np.int64)
-
-
-def _draw_iid(rng, probs: np.ndarray, size: int) -> np.ndarray:
-    """``size`` independent categories from one distribution ``probs`` (thresholds as in
-    :func:`_draw_categorical`, one ``np.searchsorted`` over ``size`` words)."""
-    return _draw_iid_words(probs, words(rng, size))
-
-
 def sample(p, q, eps, rng=None):
     """Release one eps-LDP sample from ``p @ K`` with ``K = optimal_kernel(q, eps)`` (spec
     private-sampling.md; the only releasing function; each sample costs eps of the owner's budget).
@@ -248,7 +208,7 @@ def sample(p, q, eps, rng=None):
     q = _check_probabilities(q, "q", positive=True)
     p = _check_probabilities(p, "p", n=q.size, batch=True)
     dist = _output_distribution(p, _parts(q, eps))
-    out = _draw_categorical(rng, dist)
+    out = draw_categorical(rng, dist)
     return int(out[0]) if p.ndim == 1 else out
 
 

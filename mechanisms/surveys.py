@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_eps, check_values
-from .private_sampling import SUM_TOLERANCE, _draw_iid
+from ._sampling import draw_iid
+from .private_sampling import SUM_TOLERANCE
 from .random import TWO_64, U64_MAX, threshold, words
 
 #: Guarantee kinds recorded by the service (spec surveys.md, "Privacy caveat for IC").
@@ -312,7 +313,7 @@ def christofides_perturb(values, probs, rng=None) -> np.ndarray:
     ``floor(cdf 2^64)`` (``np.searchsorted``)."""
     probs = _check_card_probs(probs)
     x = check_values(values, 2)
-    y = _draw_iid(rng, probs, x.size) + 1
+    y = draw_iid(rng, probs, x.size) + 1
     return np.where(x == 1, probs.size + 1 - y, y)
 
 

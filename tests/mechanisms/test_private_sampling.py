@@ -22,6 +22,7 @@ from mechanisms import private_sampling as ps
 from mechanisms.private_sampling import (f_divergence, kernel_epsilon, kl, minimax_risk, mollifier_kl,
                                          mollifier_tv, optimal_kernel, output_distribution,
                                          randomized_response_kernel, sample, tv, worst_case_divergence)
+from mechanisms._sampling import draw_categorical, draw_iid
 from mechanisms.random import U64_MAX
 from tests.mechanisms.test_sampling import chi_square_table_p
 
@@ -328,11 +329,11 @@ def test_integer_thresholds_at_their_boundaries():
     t1, t3 = 1 << 62, 3 << 62
     u = [0, t1 - 1, t1, t3 - 1, t3, U64_MAX]
     want = [0, 0, 2, 2, 3, 3]
-    got_iid = ps._draw_iid(FixedWords(u), probs, len(u))
-    got_rows = ps._draw_categorical(FixedWords(u), np.tile(probs, (len(u), 1)))
+    got_iid = draw_iid(FixedWords(u), probs, len(u))
+    got_rows = draw_categorical(FixedWords(u), np.tile(probs, (len(u), 1)))
     assert got_iid.tolist() == want and got_rows.tolist() == want
     for k, w in enumerate(u):
-        assert ps._draw_categorical(FixedWords([w]), probs[None, :]).tolist() == [want[k]]
+        assert draw_categorical(FixedWords([w]), probs[None, :]).tolist() == [want[k]]
 
 
 # --------------------------------------------------------------------------------------- mollifier baseline
