@@ -218,7 +218,7 @@ PROBES = [
     ("market.purchases", None, "held_epsilons", "holdings read (held_epsilons)"),
     ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
     ("market.purchases", None, "_write_chains", "write chains (_write_chains)"),
-    ("ldpmarket.bulk", None, "update_rows", "update budgets (bulk.update_rows)"),
+    ("market.purchases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
     ("accounts.ledger", None, "append", "ledger block (ledger.append)"),
     ("market.purchases", None, "_write_holdings", "write holdings (_write_holdings)"),
     ("market.purchases", None, "_move_money", "money movements (_move_money)"),

@@ -27,8 +27,6 @@ everything happens inside the caller's transaction.
 """
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,99 +34,13 @@ from django.db import connection
 
 from accounts.epsilon import MICRO
 from accounts.models import BudgetAccount
+from ldpmarket.pgbinary import (  # noqa: F401  (re-exported: the binary COPY primitives)
+    HEADER, SIGNATURE, TRAILER, CopyFormatError, binary_rows, copy_in, copy_out, numeric_fixed, parse_rows)
 
 from . import chains, domain, sealing
 from .models import Attribute, Chain, Value
 
-#: PGCOPY binary format: signature, flags, header extension length; the trailer is a field count of -1.
-SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-HEADER = SIGNATURE + struct.pack(">ii", 0, 0)
-TRAILER = struct.pack(">h", -1)
 GROWTH_TABLE = "ldp_chain_growth"
-
-
-class CopyFormatError(RuntimeError):
-    """A binary COPY stream that does not have the expected fixed-width layout."""
-
-
-# --------------------------------------------------------------------------- binary COPY rows
-
-def _field(col: np.ndarray):
-    return col.dtype if col.ndim == 1 else (col.dtype, col.shape[1:])
-
-
-def binary_rows(columns: Sequence[np.ndarray]) -> bytes:
-    """The body (no header, no trailer) of a binary COPY of ``n`` rows, built without a Python loop per row.
-
-    A 1-D ``(n,)`` column is a scalar field (an integer or float column; written
-    big-endian, PostgreSQL's order, whatever the array's byte order); an
-    ``(n, ...)`` column is a ``bytea`` whose value is the row's bytes as they are
-    (e.g. ``<i8`` micro-epsilons, ``<i2`` outputs, ``u1``).  No NULLs.
-    """
-    columns = [np.asarray(c) for c in columns]
-    columns = [c.astype(c.dtype.newbyteorder(">")) if c.ndim == 1 else c for c in columns]
-    n = len(columns[0])
-    if any(len(c) != n for c in columns):
-        raise ValueError("all columns must have the same number of rows")
-    fields = [("nfields", ">i2")]
-    for j, col in enumerate(columns):
-        fields += [(f"len{j}", ">i4"), (f"f{j}", _field(col))]
-    rec = np.empty(n, dtype=fields)
-    rec["nfields"] = len(columns)
-    for j, col in enumerate(columns):
-        rec[f"len{j}"] = col.dtype.itemsize * math.prod(col.shape[1:])
-        rec[f"f{j}"] = col
-    return rec.tobytes()
-
-
-def copy_in(cursor, table_and_columns: str, bodies: Sequence[bytes]) -> None:
-    """``COPY <table_and_columns> FROM STDIN (FORMAT BINARY)`` of the given row bodies (``binary_rows``)."""
-    with cursor.copy(f"COPY {table_and_columns} FROM STDIN (FORMAT BINARY)") as copy:
-        copy.write(HEADER)
-        for body in bodies:
-            copy.write(body)
-        copy.write(TRAILER)
-
-
-def parse_rows(data: bytes, layout: Sequence[tuple[str, object]]) -> np.ndarray:
-    """Parse a binary COPY TO stream whose fields all have fixed widths; returns a structured array.
-
-    ``layout`` is ``[(name, dtype or (dtype, shape)), ...]`` in column order.
-    Raises ``CopyFormatError`` when a row has another field count or field
-    length (e.g. a NULL or a blob of an unexpected size).
-    """
-    mv = memoryview(data)
-    if len(mv) < len(HEADER) + len(TRAILER) or bytes(mv[:len(SIGNATURE)]) != SIGNATURE:
-        raise CopyFormatError("not a binary COPY stream")
-    ext = struct.unpack_from(">i", mv, len(SIGNATURE) + 4)[0]
-    start = len(HEADER) + ext
-    if bytes(mv[-2:]) != TRAILER:
-        raise CopyFormatError("binary COPY stream without trailer")
-    fields = [("nfields", ">i2")]
-    for name, dt in layout:
-        fields += [(f"len_{name}", ">i4"), (name, dt)]
-    dtype = np.dtype(fields)
-    body = mv[start:len(mv) - 2]
-    if len(body) % dtype.itemsize:
-        raise CopyFormatError(f"binary COPY body of {len(body)} bytes is not a whole number of "
-                              f"{dtype.itemsize}-byte rows")
-    rows = np.frombuffer(body, dtype=dtype)
-    if rows.size:
-        if (rows["nfields"] != len(layout)).any():
-            raise CopyFormatError("a row has an unexpected number of fields")
-        for name, _ in layout:
-            if (rows[f"len_{name}"] != dtype.fields[name][0].itemsize).any():
-                raise CopyFormatError(f"a row has a NULL or an unexpected length in field {name!r}")
-    return rows
-
-
-def copy_out(cursor, query: str, params=None) -> bytes:
-    """``COPY (query) TO STDOUT (FORMAT BINARY)``, all of it, as bytes."""
-    data = bytearray()
-    with cursor.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as copy:
-        while chunk := copy.read():
-            data += chunk
-    return bytes(data)
 
 
 # --------------------------------------------------------------------------- chain extension
@@ -200,21 +112,11 @@ def read_batch(cursor, attribute: Attribute, ids: Sequence[int]) -> np.ndarray:
 
 
 def _numeric_micro(micro: np.ndarray) -> np.ndarray:
-    """Binary ``numeric`` values of micro-epsilons (0 <= e < 10000), fixed width: (n, 14) uint8.
-
-    ndigits 3, weight 0, sign +, dscale 6, base-10000 digits ``[int, frac // 100, frac % 100 * 100]``
-    (a leading zero digit is allowed: PostgreSQL strips it).
-    """
+    """Binary ``numeric(12, 6)`` values of micro-epsilons (0 <= e < 10000), fixed width: (n, 14) uint8."""
     micro = np.asarray(micro, dtype=np.int64)
     if micro.size and (micro.min() < 0 or micro.max() >= 10_000 * MICRO):
         raise ValueError("epsilon out of the range this encoding covers")
-    whole, frac = np.divmod(micro, MICRO)
-    words = np.empty((micro.size, 7), dtype=">i2")
-    words[:, :4] = (3, 0, 0, 6)
-    words[:, 4] = whole
-    words[:, 5] = frac // 100
-    words[:, 6] = frac % 100 * 100
-    return words.view(np.uint8).reshape(micro.size, 14)
+    return numeric_fixed(micro, 6, int_digits=1)
 
 
 def growth_bodies(value_ids: np.ndarray, growth: chains.Growth, rows: np.ndarray, width: int) -> list[bytes]:
@@ -261,6 +163,54 @@ def write_growth(cursor, value_ids: np.ndarray, growth: chains.Growth, rows: np.
     if updated != rows.size:
         raise RuntimeError(f"chain extension updated {updated} rows instead of {rows.size}")
     return updated
+
+
+CHAINS_TABLE = "ldp_chain_rewrite"
+
+
+def chain_bodies(value_ids: np.ndarray, chainset, rows: np.ndarray) -> list[bytes]:
+    """Binary COPY rows ``(value_id, epsilons, outputs, length, head, head_output)`` of whole chains.
+
+    ``value_ids[i]`` is the value of ``chainset`` row ``rows[i]``.  Chains of one length have one width:
+    one structured array per distinct length (gathered with fancy indexing, no loop per chain).
+    """
+    lengths = chainset.lengths[rows]
+    width = chainset.out.shape[1]
+    bodies = []
+    for length in np.unique(lengths):
+        length = int(length)
+        sel = np.flatnonzero(lengths == length)
+        idx = chainset.offsets[rows[sel]][:, None] + np.arange(length)
+        eps = chainset.eps[idx]
+        out = chainset.out[idx]
+        bodies.append(binary_rows([
+            value_ids[sel].astype(">i8"),
+            eps.astype(chains.EPS),
+            out.astype(chains.OUT).reshape(sel.size, length * width),
+            np.full(sel.size, length, dtype=">i4"),
+            _numeric_micro(eps[:, -1]),
+            out[:, -1].astype(chains.OUT),
+        ]))
+    return bodies
+
+
+def write_chains(value_ids: np.ndarray, chainset, rows: np.ndarray, now) -> None:
+    """Replace the stored chains of ``chainset`` rows ``rows`` (their values ``value_ids``): binary COPY
+    into a temporary table and one ``UPDATE ... FROM`` (the caller holds the chains' locks)."""
+    t = _tables()
+    with connection.cursor() as wrapper:
+        cursor = wrapper.cursor
+        cursor.execute(f"CREATE TEMP TABLE {CHAINS_TABLE} (value_id bigint, epsilons bytea, outputs bytea, "
+                       f"length integer, head numeric(12, 6), head_output bytea) ON COMMIT DROP")
+        copy_in(cursor, CHAINS_TABLE, chain_bodies(value_ids, chainset, rows))
+        cursor.execute(
+            f"UPDATE {t['chain']} c SET epsilons = g.epsilons, outputs = g.outputs, length = g.length, "
+            f"head = g.head, head_output = g.head_output, updated_at = %s FROM {CHAINS_TABLE} g "
+            f"WHERE c.value_id = g.value_id", (now,))
+        updated = cursor.rowcount
+        cursor.execute(f"DROP TABLE {CHAINS_TABLE}")
+    if updated != rows.size:
+        raise RuntimeError(f"chain write updated {updated} rows instead of {rows.size}")
 
 
 def enabled() -> bool:

@@ -35,9 +35,9 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.epsilon import MICRO, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
-from ldpmarket import bulk
+from ldpmarket import bulk, pgbinary
 
-from . import chainsets, domain, sealing
+from . import chainsets, domain, pgcopy, sealing
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
 from .pricing import PolicyError, PricePolicy, UNITS, units_to_decimal
 
@@ -122,7 +122,34 @@ def _budgets(attribute: Attribute, cohort: int | None):
     return qs.filter(value__cohort=cohort) if cohort is not None else qs
 
 
+#: Binary COPY layout of ``_CANDIDATES_SQL``'s rows.
+_CANDIDATE_LAYOUT = [("value_id", ">i8"), ("owner_id", ">i8"), ("ceiling", ">i8"), ("chain_loss", ">i8"),
+                     ("oneshot_loss", ">i8"), ("paused", "?"), ("withdrawn", "?")]
+
+
+def _candidates_copy(attribute: Attribute, cohort: int | None, lock: bool) -> np.ndarray:
+    """PostgreSQL: the rows of ``candidates`` by one binary ``COPY (SELECT ... FOR UPDATE)``, parsed by numpy."""
+    budget, value = BudgetAccount._meta.db_table, Value._meta.db_table
+    where = "v.attribute_id = %(attribute)s" + (" AND v.cohort = %(cohort)s" if cohort is not None else "")
+    query = (f"SELECT b.value_id, v.owner_id, round(b.ceiling * {MICRO})::bigint, "
+             f"round(b.chain_loss * {MICRO})::bigint, round(b.oneshot_loss * {MICRO})::bigint, b.paused, "
+             f"v.withdrawn_at IS NOT NULL FROM {budget} b JOIN {value} v ON v.id = b.value_id "
+             f"WHERE {where} ORDER BY b.value_id" + (" FOR UPDATE OF b" if lock else ""))
+    with connection.cursor() as cur:
+        data = pgcopy.copy_out(cur.cursor, query, {"attribute": attribute.id, "cohort": cohort})
+    return pgcopy.parse_rows(data, _CANDIDATE_LAYOUT)
+
+
 def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: bool) -> Candidates:
+    """The attribute's (cohort's) values with their budgets in value-id order, locked (``lock``) in that order."""
+    if pgcopy.enabled():
+        rows = _candidates_copy(attribute, cohort, lock)
+        col = lambda name: rows[name].astype(np.int64)  # noqa: E731
+        ceiling, chain_loss, oneshot = col("ceiling"), col("chain_loss"), col("oneshot_loss")
+        return Candidates(value_ids=col("value_id"), owner_ids=col("owner_id"), ceiling=ceiling,
+                          chain_loss=chain_loss, oneshot_loss=oneshot, paused=rows["paused"].copy(),
+                          withdrawn=rows["withdrawn"].copy(),
+                          over=np.maximum(chain_loss, e_micro) + oneshot > ceiling)
     qs = _budgets(attribute, cohort)
     if lock:
         qs = qs.select_for_update(of=("self",))
@@ -190,10 +217,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
 
         now = timezone.now()
         _write_chains(attribute, cand.value_ids[elig][lookup.inserted], grown, lookup.inserted, now)
-        raised = inc[cand.chain_loss[inc] < e]
-        bulk.update_rows(BudgetAccount._meta.db_table, "value_id", ["chain_loss", "updated_at"],
-                         zip(cand.value_ids[raised].tolist(), [from_micro(e)] * raised.size, [now] * raised.size),
-                         types={"value_id": "bigint", "chain_loss": "numeric(12,6)", "updated_at": "timestamptz"})
+        _raise_chain_loss(cand.value_ids[inc[cand.chain_loss[inc] < e]], e, now)
         if inc.size:
             ledger.append(_release_rows(cand, inc, e, purchase.id))
         _write_holdings(buyer, cand.value_ids[inc], held, holding_ids, e)
@@ -286,12 +310,19 @@ def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
     if owners.size:
         with connection.cursor() as cur:
             if connection.vendor == "postgresql":
-                cur.execute(f"INSERT INTO {table} (user_id, kind, balance) SELECT u, %s, 0 FROM unnest(%s::bigint[]) u "
-                            f"ON CONFLICT DO NOTHING", [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
-                cur.execute(f"SELECT user_id, id, round(balance * {UNITS})::bigint FROM {table} "
-                            f"WHERE kind = %s AND user_id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
-                            [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
+                # Lock the existing accounts by id.  Only if some owner has none yet: create the missing ones
+                # and lock the whole set again by id (re-locking a held row is free), so the locks are
+                # still taken in one order whatever a concurrent purchase created meanwhile.
+                lock = (f"SELECT user_id, id, round(balance * {UNITS})::bigint FROM {table} "
+                        f"WHERE kind = %s AND user_id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE")
+                cur.execute(lock, [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
                 rows = cur.fetchall()
+                if len(rows) < owners.size:
+                    cur.execute(f"INSERT INTO {table} (user_id, kind, balance) SELECT u, %s, 0 "
+                                f"FROM unnest(%s::bigint[]) u ON CONFLICT DO NOTHING",
+                                [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
+                    cur.execute(lock, [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
+                    rows = cur.fetchall()
             else:  # SQLite: no row locks; the database is locked for writing by the transaction
                 MoneyAccount.objects.bulk_create(
                     [MoneyAccount(user_id=o, kind=MoneyAccount.Kind.OWNER_EARNINGS) for o in owners.tolist()],
@@ -315,6 +346,9 @@ def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.
     rows = np.flatnonzero(inserted)
     if rows.size == 0:
         return
+    if pgcopy.enabled():
+        pgcopy.write_chains(value_ids, grown, rows, now)
+        return
     eps_blobs, out_blobs = grown.blobs()
     heads, head_out = grown.head(), grown.head_output().astype("<i2")
     lengths = grown.lengths
@@ -324,6 +358,21 @@ def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.
          for v, i in zip(value_ids.tolist(), rows.tolist())),
         types={"value_id": "bigint", "epsilons": "bytea", "outputs": "bytea", "length": "integer",
                "head": "numeric(12,6)", "head_output": "bytea", "updated_at": "timestamptz"})
+
+
+def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
+    """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
+    if value_ids.size == 0:
+        return
+    table = BudgetAccount._meta.db_table
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(f"UPDATE {table} b SET chain_loss = %s, updated_at = %s FROM unnest(%s::bigint[]) u(id) "
+                        f"WHERE b.value_id = u.id", [from_micro(e), now, value_ids.tolist()])
+        return
+    bulk.update_rows(table, "value_id", ["chain_loss", "updated_at"],
+                     zip(value_ids.tolist(), [from_micro(e)] * value_ids.size, [now] * value_ids.size),
+                     types={"value_id": "bigint", "chain_loss": "numeric(12,6)", "updated_at": "timestamptz"})
 
 
 def _release_rows(cand: Candidates, inc: np.ndarray, e: int, purchase_id: int) -> ledger.Rows:
@@ -343,9 +392,20 @@ def _release_rows(cand: Candidates, inc: np.ndarray, e: int, purchase_id: int) -
 def _write_holdings(buyer, value_ids: np.ndarray, held: np.ndarray, holding_ids: np.ndarray, e: int) -> None:
     """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
     up = holding_ids[(held > 0) & (held < e)]
+    new = value_ids[held == 0]
+    if connection.vendor == "postgresql":  # binary COPY for the new rows
+        table = Holding._meta.db_table
+        with connection.cursor() as cur:
+            if up.size:
+                cur.execute(f"UPDATE {table} h SET epsilon = %s FROM unnest(%s::bigint[]) u(id) WHERE h.id = u.id",
+                            [from_micro(e), up.tolist()])
+            pgbinary.copy_columns(cur.cursor, table, {
+                "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer.id)),
+                "value_id": pgbinary.Column.int8(new),
+                "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
+        return
     bulk.update_rows(Holding._meta.db_table, "id", ["epsilon"], ((int(i), from_micro(e)) for i in up),
                      types={"id": "bigint", "epsilon": "numeric(12,6)"})
-    new = value_ids[held == 0]
     bulk.insert_rows(Holding._meta.db_table, ["buyer_id", "value_id", "epsilon"],
                      zip([buyer.id] * new.size, new.tolist(), [from_micro(e)] * new.size))
 
@@ -365,16 +425,46 @@ def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) ->
     after = np.concatenate([[accounts.buyer[1], accounts.platform[1]], accounts.owner_balance[pos]]) + moves
     keep = moves != 0
     ids, moves, after = ids[keep], moves[keep], after[keep]
-    memos = np.where(np.arange(keep.size)[keep] == 0, "purchase",
-                     np.where(np.arange(keep.size)[keep] == 1, "platform fee", "share of a sale"))
-    as_dec = lambda a: _column_units(a)  # noqa: E731
+    slot = np.flatnonzero(keep)  # 0 buyer, 1 platform, 2.. owners
     now = timezone.now()
+    if connection.vendor == "postgresql":
+        _move_money_pg(purchase, ids, moves, after, slot, now)
+        return
+    memos = np.array(MEMOS)[np.minimum(slot, 2)]
+    as_dec = lambda a: _column_units(a)  # noqa: E731
     bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], zip(ids.tolist(), as_dec(after)),
                      types={"id": "bigint", "balance": "numeric(16,4)"})
     bulk.insert_rows(MoneyEntry._meta.db_table,
                      ["account_id", "purchase_id", "amount", "balance_after", "memo", "created_at"],
                      zip(ids.tolist(), [purchase.id] * ids.size, as_dec(moves), as_dec(after), memos.tolist(),
                          [now] * ids.size))
+
+
+MEMOS = ("purchase", "platform fee", "share of a sale")
+
+
+def _move_money_pg(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarray, slot: np.ndarray, now) -> None:
+    """PostgreSQL: the balances by binary COPY into a temporary table and one ``UPDATE ... FROM``; the entries
+    by one binary COPY.  ``slot`` is each movement's place in (buyer, platform, owners...): it picks the memo.
+    """
+    money, entry = MoneyAccount._meta.db_table, MoneyEntry._meta.db_table
+    with connection.cursor() as wrapper:
+        cur = wrapper.cursor
+        cur.execute("CREATE TEMP TABLE ldp_money_after (id bigint, balance numeric(16, 4)) ON COMMIT DROP")
+        pgbinary.copy_columns(cur, "ldp_money_after", {"id": pgbinary.Column.int8(ids),
+                                                       "balance": pgbinary.Column.numeric(after, 4)}, ids.size)
+        cur.execute(f"UPDATE {money} a SET balance = t.balance FROM ldp_money_after t WHERE a.id = t.id")
+        updated = cur.rowcount
+        cur.execute("DROP TABLE ldp_money_after")
+        if updated != ids.size:
+            raise RuntimeError(f"money moved for {updated} accounts instead of {ids.size}")
+        pgbinary.copy_columns(cur, entry, {
+            "account_id": pgbinary.Column.int8(ids),
+            "purchase_id": pgbinary.Column.int8(np.full(ids.size, purchase.id)),
+            "amount": pgbinary.Column.numeric(moves, 4),
+            "balance_after": pgbinary.Column.numeric(after, 4),
+            "memo": pgbinary.Column.text(np.minimum(slot, 2), MEMOS),
+            "created_at": pgbinary.Column.int8(np.full(ids.size, pgbinary.timestamp_micros(now)))}, ids.size)
 
 
 def _column_units(values: np.ndarray) -> list:
