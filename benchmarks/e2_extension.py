@@ -10,6 +10,14 @@ rows of the same columns and byte sizes as the extended chains (value id,
 timestamp) into a plain table without indexes or constraints, timed with its
 commit.  Target: extension >= 30% of the COPY rate, and memory flat in n.
 
+Also printed, as reference bounds (not targets): in the same rounds, one
+``UPDATE`` writing a new version of each of the n rows just copied (what any
+design that rewrites a chain row in place must at least pay), and the same
+COPY into a table with ``UNIQUE (value_id, head)`` (what an append-only chain
+store must at least pay when a unique key keeps two writers from extending a
+chain from the same head).  Both are writes alone: nothing is read, locked,
+decrypted or computed.
+
 Memory, "flat in n (batches)": in one extra untimed run per n with
 ``tracemalloc`` on, each batch's working memory (the peak inside
 ``services._extend_batch`` above the level on entry, Python and numpy
@@ -240,6 +248,43 @@ def _time_copy(body: bytes) -> float:
     return time.perf_counter() - start
 
 
+# --------------------------------------------------------------------------- reference bounds (not targets)
+
+UNIQUE_TABLE = "e2_copy_unique"
+
+
+def _time_copy_unique(body: bytes) -> float:
+    """The same COPY into a table with UNIQUE (value_id, head): the write of an append-only chain store whose
+    key stops two writers from extending one chain from the same head (the bound of such a design)."""
+    from django.db import connection, transaction
+
+    from market import pgcopy
+
+    with connection.cursor() as c:
+        c.execute(f"TRUNCATE {UNIQUE_TABLE}")
+    _checkpoint()
+    start = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as c:
+        pgcopy.copy_in(c.cursor, f"{UNIQUE_TABLE} (value_id, epsilons, outputs, length, head, head_output, "
+                                 f"updated_at)", [body])
+    return time.perf_counter() - start
+
+
+def _time_update(n: int) -> float:
+    """One UPDATE writing a new version of each of the n rows the limit just copied (no index, no join): the
+    write of any design that rewrites a chain row in place (the bound of such a design)."""
+    from django.db import connection, transaction
+
+    _checkpoint()
+    start = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute(f"UPDATE {LIMIT_TABLE} SET length = length + 1, updated_at = now()")
+        rows = c.rowcount
+    if rows != n:
+        raise RuntimeError(f"the reference UPDATE wrote {rows} rows, expected {n}")
+    return time.perf_counter() - start
+
+
 # --------------------------------------------------------------------------- the task, timed, in phases
 
 class _Breakdown:
@@ -367,12 +412,17 @@ def measure(n: int, rounds: int) -> dict:
         c.execute(f"DROP TABLE IF EXISTS {LIMIT_TABLE}")
         c.execute(f"CREATE TABLE {LIMIT_TABLE} (value_id bigint, epsilons bytea, outputs bytea, "
                   f"length integer, head numeric(12, 6), head_output bytea, updated_at timestamptz)")
+        c.execute(f"DROP TABLE IF EXISTS {UNIQUE_TABLE}")
+        c.execute(f"CREATE TABLE {UNIQUE_TABLE} (LIKE {LIMIT_TABLE}, UNIQUE (value_id, head))")
     print(f"  set up n={_pow10(n)} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     copy_best, task_best, task_runs = float("inf"), float("inf"), []
+    update_best = unique_best = float("inf")
     for r in range(rounds):
         _reset_chains()
         copy_best = min(copy_best, _time_copy(body))
+        update_best = min(update_best, _time_update(n))
+        unique_best = min(unique_best, _time_copy_unique(body))
         run = _run_task(attribute_id, n)
         task_runs.append(run)
         task_best = min(task_best, run["seconds"])
@@ -397,6 +447,9 @@ def measure(n: int, rounds: int) -> dict:
         "task_seconds": task_best, "task_values_per_second": n / task_best,
         "task_outputs_per_second": n * STEPS / task_best,
         "ratio_to_copy": copy_best / task_best, "pass": copy_best / task_best >= TARGET,
+        "reference_update_seconds": update_best, "reference_update_ratio_to_copy": copy_best / update_best,
+        "reference_unique_copy_seconds": unique_best,
+        "reference_unique_copy_ratio_to_copy": copy_best / unique_best,
         "task_seconds_all_rounds": [run["seconds"] for run in task_runs],
         "phases_best_round": best["phases"],
         "rss_peak_growth_kib": max((run["rss_growth_kib"] or 0) for run in task_runs),
@@ -454,6 +507,14 @@ def main() -> dict:
          "task peak RSS +MiB", "task tracemalloc MiB", "per-batch MiB"], rows,
         title=f"E2 chain extension: values extended per second ({STEPS} steps each) vs raw COPY of the same "
               f"rows (the limit), best of the rounds; PostgreSQL {pg_version.split()[1]}")
+    _common.print_table(
+        ["n", "raw COPY s", "UPDATE of the same rows s", "its rate of COPY's", "COPY with UNIQUE (value_id, head) s",
+         "its rate of COPY's"],
+        [[_pow10(r["n"]), f"{r['copy_seconds']:.2f}", f"{r['reference_update_seconds']:.2f}",
+          f"{100 * r['reference_update_ratio_to_copy']:.0f}%", f"{r['reference_unique_copy_seconds']:.2f}",
+          f"{100 * r['reference_unique_copy_ratio_to_copy']:.0f}%"] for r in results],
+        title="Reference bounds (same rows, same run; writes alone, nothing read, locked or computed): rewriting "
+              "each chain row in place, and appending it under a fork-proof unique key")
     phase_names = list(results[0]["phases_best_round"])
     _common.print_table(
         ["phase (best round)"] + [_pow10(r["n"]) for r in results],
