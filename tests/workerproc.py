@@ -11,7 +11,8 @@ the unacknowledged-message index included), so that:
   own messages, never another test's task that is still running;
 * the cache the worker reports progress into is not shared with tests that use ``REDIS_URL``'s database.
 
-Start it through :class:`Broker` (which also sends tasks to it and reads its cache); run this module as
+Start it through :class:`Broker` (which also sends tasks to it, or has what the project's code enqueues sent
+to it, and reads its cache); run this module as
 ``python -m tests.workerproc <celery worker args>`` to start a worker with the broker options given in the
 ``LDP_TEST_BROKER_TRANSPORT_OPTIONS`` environment variable (JSON): plain ``celery worker`` has no way to
 set them from the environment.
@@ -129,6 +130,17 @@ class Broker:
 
     def send(self, task_name: str, *args) -> None:
         self.app.send_task(task_name, args=list(args), queue=self.queue, ignore_result=True)
+
+    def route_project_tasks(self, monkeypatch) -> None:
+        """Until ``monkeypatch`` is undone, every task the project's Celery app sends (``task.delay(...)``: what a
+        service enqueues on commit, say) is sent, for real and not run eagerly, to this namespace's queue."""
+        from ldpmarket.celery import app
+
+        def send_task(name, args=None, kwargs=None, **options):
+            return self.app.send_task(name, args, kwargs, **{**options, "queue": self.queue})
+
+        monkeypatch.setitem(app.conf, "task_always_eager", False)
+        monkeypatch.setattr(app, "send_task", send_task)
 
     def start(self, **env) -> Worker:
         worker = Worker(self, self.tmp_path / f"{self.tag}-worker{len(self.workers)}.log", env)
