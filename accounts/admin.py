@@ -252,14 +252,14 @@ class AttributeListFilter(admin.SimpleListFilter):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon", "chain_change",
-                    "oneshot_change", "ceiling", "block_link")
-    list_filter = ("kind", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
+    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon", "guarantee",
+                    "chain_change", "oneshot_change", "ceiling", "block_link")
+    list_filter = ("kind", "guarantee", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
     search_ids = ("value_id", "purchase_id", "block_id")
     search_users = ("value__owner", "purchase__buyer")
     search_help_text = "A value, purchase or block id, or an owner's or buyer's username."
     ordering = ("-id",)
-    fields = ("id", "block_link", "created_at", "kind", "value_link", "purchase_link", "epsilon",
+    fields = ("id", "block_link", "created_at", "kind", "value_link", "purchase_link", "epsilon", "guarantee",
               "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after", "ceiling",
               "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape",
               "schedule_steps")

@@ -26,7 +26,14 @@ pause flag and raw-deletion state equal the ``BudgetAccount`` and ``Value`` rows
 
 **Purchases**: each completed purchase has exactly ``included`` release
 entries, at the purchase's epsilon, for values of its attribute, one per value;
-other purchases have none.
+other purchases have none.  One-shot purchases and surveys (spec service.md
+section 8): their releases are ``oneshot_release`` entries (chain purchases'
+are ``chain_release``) at the purchase's ``charged_epsilon``; every release's
+guarantee, and the purchase's, is the one its mechanism gives (``uldp`` for
+uRR/uRAP, ``per_report_non_collusion`` for improved Christofides, ``ldp`` for
+the others, none or ``ldp`` for chains); surveys store no outputs at all (the
+buyer gets only the aggregate).  And per value, ``oneshot_loss`` equals the sum
+of its one-shot releases' epsilons.
 
 **Money**: every account's balance equals the sum of its entries and its last
 ``balance_after`` (each entry's ``balance_after`` is the running sum); per
@@ -69,6 +76,14 @@ ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, 
 A_BUYER, A_OWNER, A_PLATFORM = (ACCOUNT_KINDS.index(k) for k in ("buyer_credit", "owner_earnings", "platform"))
 STATUSES = ["pending", "running", "completed", "failed"]
 S_COMPLETED = STATUSES.index("completed")
+GUARANTEES = ledger.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
+G_NONE, G_LDP, G_ULDP, G_PER_REPORT = range(4)
+MECHANISMS = ["gradual_rr", "urr", "urap", "rr3", "lpp", "private_sample", "warner", "simmons", "christofides",
+              "improved_christofides"]
+MECH_GRADUAL = 0
+SURVEYS = [MECHANISMS.index(m) for m in ("warner", "simmons", "christofides", "improved_christofides")]
+#: The guarantee each mechanism's releases carry (index by mechanism code; chains also allow ldp).
+MECHANISM_GUARANTEE = np.array([G_NONE, G_ULDP, G_ULDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_PER_REPORT])
 SECTIONS = ("Hash chain", "Budget replay", "Budgets and values", "Purchases", "Money")
 
 
@@ -146,7 +161,7 @@ def _cols(arr: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
 
 ENTRY_COLUMNS = ["id", "block", "value", "kind", "epsilon", "purchase", "chain_before", "chain_after",
                  "oneshot_before", "oneshot_after", "ceiling", "sched_start", "sched_cap", "sched_start_at",
-                 "sched_end_at", "sched_shape", "sched_steps", "created_at"]
+                 "sched_end_at", "sched_shape", "sched_steps", "created_at", "guarantee"]
 
 
 def read_entries() -> dict[str, np.ndarray]:
@@ -155,7 +170,7 @@ def read_entries() -> dict[str, np.ndarray]:
               _micro("chain_loss_before"), _micro("chain_loss_after"), _micro("oneshot_loss_before"),
               _micro("oneshot_loss_after"), _micro("ceiling"), _micro("schedule_start"), _micro("schedule_cap"),
               _ts("schedule_start_at"), _ts("schedule_end_at"), _code("schedule_shape", SHAPES),
-              _int("COALESCE(schedule_steps, -1)"), _ts("created_at")]
+              _int("COALESCE(schedule_steps, -1)"), _ts("created_at"), _code("guarantee", GUARANTEES)]
     cols = _cols(_fetch(select, LedgerEntry._meta.db_table, order="block_id, id"), ENTRY_COLUMNS)
     order = np.lexsort((cols["id"], cols["block"]))  # already sorted by the query; cheap insurance
     return {k: v[order] for k, v in cols.items()}
@@ -165,7 +180,7 @@ def entry_records(e: dict[str, np.ndarray], sl=slice(None)) -> np.ndarray:
     """The canonical ``ledger.ENTRY`` records of (a slice of) the entries, as ``ledger.stored_records`` builds them."""
     names = ["value", "kind", "epsilon", "purchase", "chain_before", "chain_after", "oneshot_before",
              "oneshot_after", "ceiling", "sched_start", "sched_cap", "sched_start_at", "sched_end_at",
-             "sched_shape", "sched_steps"]
+             "sched_shape", "sched_steps", "guarantee"]
     n = e["id"][sl].shape[0]
     rec = np.empty(n, dtype=ledger.ENTRY)
     for field_name, col in zip(ledger.ENTRY.names, names):
@@ -204,9 +219,18 @@ def read_purchases() -> dict[str, np.ndarray]:
     from market.models import Purchase
 
     select = ["id", "buyer_id", "attribute_id", _micro("epsilon"), _code("status", STATUSES), "included",
-              _units("price")]
+              _units("price"), _code("mechanism", MECHANISMS), _micro("charged_epsilon"),
+              _code("guarantee", GUARANTEES)]
     return _cols(_fetch(select, Purchase._meta.db_table),
-                 ["id", "buyer", "attribute", "epsilon", "status", "included", "price"])
+                 ["id", "buyer", "attribute", "epsilon", "status", "included", "price", "mechanism", "charged",
+                  "guarantee"])
+
+
+def read_chunks() -> dict[str, np.ndarray]:
+    """The purchases' output chunks: (purchase id, rows) per chunk."""
+    from market.models import PurchaseChunk
+
+    return _cols(_fetch(["purchase_id", "count"], PurchaseChunk._meta.db_table), ["purchase", "count"])
 
 
 def read_money() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -387,12 +411,14 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         budgets = read_budgets()
         values = read_values()
         purchases = read_purchases()
+        chunks = read_chunks()
         accounts, money = read_money()
 
     _check_hash_chain(rec, e, blocks, prev_hashes, hashes, head, anchor)
     final = _check_replay(rec, e)
     _check_budget_rows(rec, e, final, budgets, values, now_us)
     _check_purchases(rec, e, purchases, values)
+    _check_oneshot(rec, e, purchases, budgets, chunks)
     _check_money(rec, e, purchases, values, accounts, money)
 
     stats = {"blocks": int(blocks["id"].size), "ledger_entries": int(e["id"].size),
@@ -671,7 +697,8 @@ def _check_purchases(rec: _Recorder, e, p, values) -> None:
     rf = np.flatnonzero(pfound)
     q = ppos[rf]
     bad = np.zeros(r.size, dtype=bool)
-    bad[rf] = (e["epsilon"][r[rf]] != p["epsilon"][q]) | ~vfound[rf] \
+    chain_purchase = p["mechanism"][q] == MECH_GRADUAL
+    bad[rf] = (chain_purchase & (e["epsilon"][r[rf]] != p["epsilon"][q])) | ~vfound[rf] \
         | (values["attribute"][vpos[rf]] != p["attribute"][q])
     rec.check(S, "each release is at its purchase's epsilon, for a value of its attribute", bad, rf.size,
               lambda k: f"entry {e['id'][r[k]]}: epsilon {_eps(e['epsilon'][r[k]])}, value {e['value'][r[k]]}; "
@@ -686,6 +713,80 @@ def _check_purchases(rec: _Recorder, e, p, values) -> None:
     rec.check(S, "a purchase releases each value at most once", dup, r.size,
               lambda k: f"entry {e['id'][r[k]]}: value {e['value'][r[k]]} released twice in purchase "
                         f"{e['purchase'][r[k]]}")
+
+
+# --------------------------------------------------------------------------------------------- one-shot
+
+def _mechanism(code: int) -> str:
+    return MECHANISMS[code] if 0 <= code < len(MECHANISMS) else "?"
+
+
+def _guarantee(code: int) -> str:
+    return (GUARANTEES[code] or "none") if 0 <= code < len(GUARANTEES) else "?"
+
+
+def _check_oneshot(rec: _Recorder, e, p, b, chunks) -> None:
+    """One-shot releases and surveys (module doc, "Purchases"), and oneshot_loss as the sum of one-shot releases."""
+    S = "Purchases"
+    release = (e["kind"] == K_CHAIN) | (e["kind"] == K_ONESHOT)
+    r = np.flatnonzero(release)
+    ppos, pfound = _lookup(p["id"], e["purchase"][r])
+    rf = np.flatnonzero(pfound)
+    q = ppos[rf]
+    mech = p["mechanism"][q]
+    oneshot = mech != MECH_GRADUAL
+    kind = e["kind"][r[rf]]
+    wrong_kind = np.zeros(r.size, dtype=bool)
+    wrong_kind[rf] = np.where(oneshot, kind != K_ONESHOT, kind != K_CHAIN)
+    rec.check(S, "chain purchases release chain_release entries, one-shot purchases and surveys oneshot_release",
+              wrong_kind, rf.size,
+              lambda k: f"entry {e['id'][r[k]]} ({KINDS[e['kind'][r[k]]]}) for purchase {p['id'][ppos[k]]} "
+                        f"({_mechanism(p['mechanism'][ppos[k]])})")
+    charged_bad = np.zeros(r.size, dtype=bool)
+    charged_bad[rf] = oneshot & ((p["charged"][q] <= 0) | (e["epsilon"][r[rf]] != p["charged"][q]))
+    rec.check(S, "each one-shot release is at its purchase's charged epsilon", charged_bad, int(oneshot.sum()),
+              lambda k: f"entry {e['id'][r[k]]} (value {e['value'][r[k]]}): epsilon {_eps(e['epsilon'][r[k]])}, "
+                        f"purchase {p['id'][ppos[k]]} ({_mechanism(p['mechanism'][ppos[k]])}) charged "
+                        f"{_eps(p['charged'][ppos[k]])}")
+    known = (p["mechanism"] >= 0) & (p["mechanism"] < len(MECHANISMS))
+    expected = np.where(known, MECHANISM_GUARANTEE[np.clip(p["mechanism"], 0, len(MECHANISMS) - 1)], -9)
+    bad_purchase = ~known | (p["guarantee"] != expected) \
+        | ((p["status"] == S_COMPLETED) & (p["mechanism"] != MECH_GRADUAL) & (p["charged"] <= 0))
+    rec.check(S, "each purchase's guarantee is its mechanism's (and completed one-shot purchases record their "
+                 "charged epsilon)", bad_purchase, p["id"].size,
+              lambda i: f"purchase {p['id'][i]}: mechanism {_mechanism(p['mechanism'][i])}, guarantee "
+                        f"{_guarantee(p['guarantee'][i])}, charged {_eps(p['charged'][i])}")
+    g = e["guarantee"][r[rf]]
+    want = expected[q]
+    wrong_g = np.zeros(r.size, dtype=bool)
+    wrong_g[rf] = np.where(oneshot, g != want, (g != G_NONE) & (g != G_LDP))
+    rec.check(S, "each release's guarantee matches its purchase's mechanism (improved Christofides: per-report, "
+                 "non-collusion)", wrong_g, rf.size,
+              lambda k: f"entry {e['id'][r[k]]} (value {e['value'][r[k]]}) records guarantee "
+                        f"{_guarantee(e['guarantee'][r[k]])}; purchase {p['id'][ppos[k]]} is "
+                        f"{_mechanism(p['mechanism'][ppos[k]])} ({_guarantee(expected[ppos[k]])})")
+    not_release = ~release & (e["guarantee"] != G_NONE)
+    rec.check(S, "budget events carry no guarantee", not_release, int((~release).sum()),
+              lambda i: f"entry {e['id'][i]} ({KINDS[e['kind'][i]] if 0 <= e['kind'][i] < len(KINDS) else '?'}) "
+                        f"records guarantee {_guarantee(e['guarantee'][i])}")
+    cpos, cfound = _lookup(p["id"], chunks["purchase"])
+    stored = np.zeros(p["id"].size, dtype=np.int64)
+    np.add.at(stored, cpos[cfound], chunks["count"][cfound])
+    is_survey = np.isin(p["mechanism"], SURVEYS)
+    rec.check(S, "surveys store no outputs (the buyer gets only the aggregate; improved Christofides reports are "
+                 "never sold)", is_survey & (stored > 0), int(is_survey.sum()),
+              lambda i: f"purchase {p['id'][i]} ({_mechanism(p['mechanism'][i])}) stores {stored[i]} outputs")
+
+    S = "Budgets and values"
+    one = e["kind"] == K_ONESHOT
+    vals, inv = np.unique(e["value"][one], return_inverse=True)
+    sums = np.zeros(vals.size, dtype=np.int64)
+    np.add.at(sums, inv, e["epsilon"][one])
+    pos, found = _lookup(vals, b["value"])
+    total = np.where(found, sums[pos] if vals.size else 0, 0)
+    rec.check(S, "each budget's oneshot_loss is the sum of its one-shot releases' epsilons", b["oneshot"] != total,
+              b["value"].size, lambda i: f"value {b['value'][i]}: oneshot_loss {_eps(b['oneshot'][i])}, one-shot "
+                                         f"releases sum to {_eps(total[i])}")
 
 
 # --------------------------------------------------------------------------------------------- money
@@ -874,6 +975,11 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
 
     m, width = attribute.domain_size, attribute.width
     out = AttributeAudit(attribute.id, str(attribute), m, attribute.kind)
+    if attribute.is_oneshot:
+        out.values = int(Value.objects.filter(attribute=attribute).count())
+        out.note = (f"one-shot mechanism ({attribute.mechanism}): no stored chains to attack; each release is a "
+                    f"fresh draw charged to the value's one-shot loss")
+        return out
     ids = np.array(list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False)
                         .values_list("id", flat=True)), dtype=np.int64)
     out.values = int(Value.objects.filter(attribute=attribute).count())
@@ -1111,12 +1217,12 @@ def overview() -> Overview:
 EXPORT_HEADER = ["entry_id", "block_id", "created_at", "kind", "value_id", "attribute_id", "owner_id", "owner",
                  "purchase_id", "buyer_id", "buyer", "epsilon", "chain_loss_before", "chain_loss_after",
                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap",
-                 "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps"]
+                 "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee", "mechanism"]
 _EXPORT_SOURCES = ["id", "block_id", "created_at", "kind", "value_id", "value__attribute_id", "value__owner_id",
                    "value__owner__username", "purchase_id", "purchase__buyer_id", "purchase__buyer__username",
                    "epsilon", "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after",
                    "ceiling", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at",
-                   "schedule_shape", "schedule_steps"]
+                   "schedule_shape", "schedule_steps", "guarantee", "purchase__mechanism"]
 _EXPORT_TIMES = {"created_at", "schedule_start_at", "schedule_end_at"}
 #: Timestamps are written as ISO 8601 in UTC with microseconds by both paths.
 _PG_ISO = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"
@@ -1145,7 +1251,7 @@ def _export_values(queryset, pg: bool):
         expr = F(src)
         if pg and src in _EXPORT_TIMES:
             expr = Func(F(src), template=_PG_ISO, output_field=CharField())
-        elif pg and src == "schedule_shape":  # COPY writes an empty string as "", Python's csv as nothing
+        elif pg and src in ("schedule_shape", "guarantee"):  # COPY writes "" as "", Python's csv as nothing
             expr = Func(F(src), Value(""), function="NULLIF", output_field=CharField())
         exprs[f"x{j:02d}"] = expr
     return queryset.order_by("id").values(**exprs)

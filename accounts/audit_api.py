@@ -86,6 +86,8 @@ class LedgerEntryFilter(django_filters.FilterSet):
     value = django_filters.NumberFilter(field_name="value_id", help_text="value id")
     purchase = django_filters.NumberFilter(field_name="purchase_id", help_text="purchase id")
     kind = django_filters.ChoiceFilter(choices=LedgerEntry.Kind.choices)
+    guarantee = django_filters.ChoiceFilter(choices=[c for c in LedgerEntry.Guarantee.choices if c[0]],
+                                            help_text="releases with this guarantee")
     created_after = WhenFilter(field_name="created_at", lookup_expr="gte",
                                help_text="ISO 8601 date or date-time, inclusive")
     created_before = WhenFilter(field_name="created_at", lookup_expr="lt",
@@ -93,7 +95,8 @@ class LedgerEntryFilter(django_filters.FilterSet):
 
     class Meta:
         model = LedgerEntry
-        fields = ["owner", "buyer", "attribute", "value", "purchase", "kind", "created_after", "created_before"]
+        fields = ["owner", "buyer", "attribute", "value", "purchase", "kind", "guarantee", "created_after",
+                  "created_before"]
 
 
 def ledger_filterset(data, queryset=None) -> LedgerEntryFilter:
@@ -105,14 +108,23 @@ class LedgerEntrySerializer(serializers.ModelSerializer):
     attribute = serializers.IntegerField(source="attribute_id", read_only=True)
     owner = serializers.IntegerField(source="owner_id", read_only=True)
     buyer = serializers.IntegerField(source="buyer_id", read_only=True, allow_null=True)
+    mechanism = serializers.CharField(source="purchase_mechanism", read_only=True, allow_null=True,
+                                      help_text="The purchase's mechanism (releases only): gradual_rr for chains; "
+                                                "urr, urap, rr3, lpp, private_sample; or a survey's.")
+    guarantee_label = serializers.SerializerMethodField(
+        help_text="What the epsilon guarantees: epsilon-LDP, epsilon-ULDP, or (improved Christofides) per-report "
+                  "eps under a non-collusion assumption; empty for budget events and chain releases.")
 
     class Meta:
         model = LedgerEntry
         fields = ["id", "block", "block_hash", "created_at", "kind", "value", "attribute", "owner", "purchase", "buyer",
-                  "epsilon", "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after",
-                  "ceiling", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at",
-                  "schedule_shape", "schedule_steps"]
+                  "mechanism", "epsilon", "guarantee", "guarantee_label", "chain_loss_before", "chain_loss_after",
+                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap",
+                  "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps"]
         read_only_fields = fields
+
+    def get_guarantee_label(self, obj) -> str:
+        return LedgerEntry.Guarantee(obj.guarantee).label if obj.guarantee else ""
 
 
 class LedgerPagination(CursorPagination):
@@ -135,4 +147,4 @@ class LedgerEntryList(generics.ListAPIView):
     # Joined columns as annotations: the value rows (with their sealed data) are never loaded.
     queryset = LedgerEntry.objects.annotate(
         block_hash=F("block__hash"), attribute_id=F("value__attribute_id"), owner_id=F("value__owner_id"),
-        buyer_id=F("purchase__buyer_id")).order_by("id")
+        buyer_id=F("purchase__buyer_id"), purchase_mechanism=F("purchase__mechanism")).order_by("id")

@@ -7,7 +7,15 @@ entries.  The block's hash is
 
 where the canonical bytes are a fixed-width little-endian record per entry
 (``ENTRY``: exact micro-epsilons, microsecond timestamps, -1 for nulls), built
-with numpy and hashed in one call.  The singleton ``LedgerHead`` row is locked
+with numpy and hashed in one call.
+
+The record's last field is the release's ``guarantee`` (``GUARANTEES`` index:
+0 none, 1 ldp, 2 uldp, 3 per-report with non-collusion).  A block in which every
+entry has guarantee 0 is hashed exactly as before the field existed (the first
+15 fields, ``ENTRY_V1``), so ledgers written earlier, and the anchors recorded
+for them, still verify; a block with any guarantee is hashed as
+``V2_MARKER || ENTRY records``.  Changing a guarantee either way changes the
+bytes hashed, so the hash chain covers it.  The singleton ``LedgerHead`` row is locked
 (``SELECT ... FOR UPDATE``) last in every writing transaction, so blocks form a
 single chain.  ``block_hash`` is also what the audit recomputes from the rows
 as stored.
@@ -28,12 +36,17 @@ from .models import LedgerBlock, LedgerEntry, LedgerHead
 GENESIS = "0" * 64
 KINDS = LedgerEntry.Kind.values
 SHAPES = ["", "linear", "steps"]
-ENTRY = np.dtype([
+GUARANTEES = LedgerEntry.Guarantee.values  # "", "ldp", "uldp", "per_report_non_collusion"
+_V1_FIELDS = [
     ("value", "<i8"), ("kind", "<i8"), ("epsilon", "<i8"), ("reference", "<i8"),  # reference: purchase id
     ("chain_before", "<i8"), ("chain_after", "<i8"), ("oneshot_before", "<i8"), ("oneshot_after", "<i8"),
     ("ceiling", "<i8"), ("sched_start", "<i8"), ("sched_cap", "<i8"), ("sched_start_at", "<i8"),
     ("sched_end_at", "<i8"), ("sched_shape", "<i8"), ("sched_steps", "<i8"),
-])
+]
+#: The record hashed for blocks without any guarantee (every block written before guarantees existed).
+ENTRY_V1 = np.dtype(_V1_FIELDS)
+ENTRY = np.dtype(_V1_FIELDS + [("guarantee", "<i8")])
+V2_MARKER = b"ldpmarket-ledger-entry-v2\x00"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -44,11 +57,22 @@ def micros(dt: datetime | None) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def canonical_bytes(entries: np.ndarray) -> bytes:
+    """The bytes a block's entries contribute to its hash (module doc: v1 when no entry has a guarantee)."""
+    rec = np.ascontiguousarray(entries, dtype=ENTRY)
+    if (rec["guarantee"] == 0).all():
+        v1 = np.empty(rec.shape[0], dtype=ENTRY_V1)
+        for name in ENTRY_V1.names:
+            v1[name] = rec[name]
+        return v1.tobytes()
+    return V2_MARKER + rec.tobytes()
+
+
 def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray) -> str:
     h = hashlib.sha256()
     h.update(prev_hash.encode())
     h.update(np.array([entries.shape[0], micros(created_at)], dtype="<i8").tobytes())
-    h.update(np.ascontiguousarray(entries, dtype=ENTRY).tobytes())
+    h.update(canonical_bytes(entries))
     return h.hexdigest()
 
 
@@ -62,6 +86,7 @@ class Rows:
     def empty(cls, n: int) -> "Rows":
         rec = np.full(n, -1, dtype=ENTRY)
         rec["sched_shape"] = 0
+        rec["guarantee"] = 0
         return cls(rec)
 
 
@@ -91,10 +116,38 @@ def _column(values: np.ndarray, convert) -> list:
 
 
 def _insert_entries(block, created_at, rec) -> None:
-    """Set-based insert of a block's entries (COPY on PostgreSQL)."""
-    from ldpmarket import bulk
+    """Set-based insert of a block's entries: one binary COPY built from the records on PostgreSQL
+    (``ldpmarket.pgbinary``, no Python object per entry), executemany elsewhere."""
+    from django.db import connection
+
+    from ldpmarket import bulk, pgbinary
 
     n = rec.shape[0]
+    if connection.vendor == "postgresql":
+        Col = pgbinary.Column
+        micro_col = lambda name: Col.numeric(rec[name], 6, null=rec[name] < 0)  # noqa: E731
+        with connection.cursor() as cur:
+            pgbinary.copy_columns(cur.cursor, LedgerEntry._meta.db_table, {
+                "block_id": Col.int8(np.full(n, block.id)),
+                "value_id": Col.int8(rec["value"]),
+                "purchase_id": Col.int8(rec["reference"], null=rec["reference"] < 0),
+                "kind": Col.text(rec["kind"], KINDS),
+                "created_at": Col.timestamp(np.full(n, micros(created_at))),
+                "epsilon": micro_col("epsilon"),
+                "chain_loss_before": micro_col("chain_before"),
+                "chain_loss_after": micro_col("chain_after"),
+                "oneshot_loss_before": micro_col("oneshot_before"),
+                "oneshot_loss_after": micro_col("oneshot_after"),
+                "ceiling": micro_col("ceiling"),
+                "schedule_start": micro_col("sched_start"),
+                "schedule_cap": micro_col("sched_cap"),
+                "schedule_start_at": Col.timestamp(rec["sched_start_at"], null=rec["sched_start_at"] < 0),
+                "schedule_end_at": Col.timestamp(rec["sched_end_at"], null=rec["sched_end_at"] < 0),
+                "schedule_shape": Col.text(rec["sched_shape"], SHAPES),
+                "schedule_steps": Col.int4(rec["sched_steps"], null=rec["sched_steps"] < 0),
+                "guarantee": Col.text(rec["guarantee"], GUARANTEES),
+            }, n)
+        return
     columns = {
         "block_id": [block.id] * n,
         "value_id": rec["value"].tolist(),
@@ -113,6 +166,7 @@ def _insert_entries(block, created_at, rec) -> None:
         "schedule_end_at": _column(rec["sched_end_at"], _dt),
         "schedule_shape": [SHAPES[v] for v in rec["sched_shape"].tolist()],
         "schedule_steps": _column(rec["sched_steps"], lambda v: v),
+        "guarantee": [GUARANTEES[v] for v in rec["guarantee"].tolist()],
     }
     bulk.insert_rows(LedgerEntry._meta.db_table, list(columns), zip(*columns.values()))
 
@@ -127,14 +181,15 @@ def stored_records(block: LedgerBlock) -> np.ndarray:
 
     fields = ["value_id", "kind", "epsilon", "purchase_id", "chain_loss_before", "chain_loss_after", "oneshot_loss_before",
               "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at",
-              "schedule_end_at", "schedule_shape", "schedule_steps"]
+              "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee"]
     rows = list(LedgerEntry.objects.filter(block=block).order_by("id").values_list(*fields))
     rec = Rows.empty(len(rows)).records
     m = lambda d: -1 if d is None else to_micro(d)  # noqa: E731
+    code = lambda g: GUARANTEES.index(g) if g in GUARANTEES else -2  # noqa: E731
     for i, r in enumerate(rows):
         rec[i] = (r[0], KINDS.index(r[1]), m(r[2]), -1 if r[3] is None else r[3], to_micro(r[4]), to_micro(r[5]),
                   to_micro(r[6]), to_micro(r[7]), to_micro(r[8]), m(r[9]), m(r[10]), micros(r[11]), micros(r[12]),
-                  SHAPES.index(r[13]), -1 if r[14] is None else r[14])
+                  SHAPES.index(r[13]), -1 if r[14] is None else r[14], code(r[15]))
     return rec
 
 

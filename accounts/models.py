@@ -9,9 +9,17 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Round
 
 EPS = {"max_digits": 12, "decimal_places": 6}
 MONEY = {"max_digits": 16, "decimal_places": 4}
+
+
+def _sum6(a: str, b: str):
+    """A sum of two 6-place epsilons in a CHECK, rounded to 6 places: exact on PostgreSQL (NUMERIC); on SQLite,
+    which stores decimals as doubles, the nearest double of the exact sum, so it compares equal to a stored value
+    (``0.1 + 0.2`` must not exceed a ceiling of ``0.3``)."""
+    return Round(F(a) + F(b), 6)
 
 
 class User(AbstractUser):
@@ -58,7 +66,7 @@ class BudgetAccount(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(ceiling__gte=0, ceiling__lte=700), name="budget_ceiling_range"),
             models.CheckConstraint(condition=Q(chain_loss__gte=0, oneshot_loss__gte=0), name="budget_loss_nonnegative"),
-            models.CheckConstraint(condition=Q(ceiling__gte=F("chain_loss") + F("oneshot_loss")),
+            models.CheckConstraint(condition=Q(ceiling__gte=_sum6("chain_loss", "oneshot_loss")),
                                    name="budget_loss_within_ceiling"),
             models.CheckConstraint(
                 condition=(
@@ -130,6 +138,18 @@ class LedgerEntry(models.Model):
         RESUME = "resume", "Sales resumed"
         RAW_DELETED = "raw_deleted", "Raw value deleted"
 
+    class Guarantee(models.TextChoices):
+        """What a release's epsilon guarantees (spec service.md section 8, surveys.md "Privacy caveat for IC").
+
+        Empty for budget events and for chain releases (the gradual-release chain: epsilon-LDP over all
+        buyers together); one-shot releases always name theirs.
+        """
+
+        NONE = "", "None (budget event or chain release)"
+        LDP = "ldp", "epsilon-LDP"
+        ULDP = "uldp", "epsilon-ULDP (utility-optimized: non-sensitive values may be revealed)"
+        PER_REPORT = "per_report_non_collusion", "per-report eps, non-collusion assumption"
+
     KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
 
     block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="entries")
@@ -150,6 +170,8 @@ class LedgerEntry(models.Model):
     schedule_end_at = models.DateTimeField(null=True, blank=True)
     schedule_shape = models.CharField(max_length=8, blank=True)
     schedule_steps = models.PositiveIntegerField(null=True, blank=True)
+    guarantee = models.CharField(max_length=32, blank=True, default="", choices=Guarantee.choices,
+                                 help_text="One-shot releases: the guarantee of the epsilon released (in the hash).")
 
     class Meta:
         indexes = [models.Index(fields=["value", "id"]), models.Index(fields=["created_at"])]
@@ -161,7 +183,7 @@ class LedgerEntry(models.Model):
                 condition=Q(chain_loss_after__gte=F("chain_loss_before"),
                             oneshot_loss_after__gte=F("oneshot_loss_before")),
                 name="ledger_loss_monotone"),
-            models.CheckConstraint(condition=Q(ceiling__gte=F("chain_loss_after") + F("oneshot_loss_after")),
+            models.CheckConstraint(condition=Q(ceiling__gte=_sum6("chain_loss_after", "oneshot_loss_after")),
                                    name="ledger_loss_within_ceiling"),
             models.CheckConstraint(
                 condition=Q(kind__in=["chain_release", "oneshot_release"], epsilon__isnull=False, epsilon__gt=0)
@@ -173,9 +195,14 @@ class LedgerEntry(models.Model):
                 name="ledger_chain_release_rule"),
             models.CheckConstraint(
                 condition=~Q(kind="oneshot_release")
-                | Q(oneshot_loss_after=F("oneshot_loss_before") + F("epsilon"),
+                | Q(oneshot_loss_after=_sum6("oneshot_loss_before", "epsilon"),
                     chain_loss_after=F("chain_loss_before")),
                 name="ledger_oneshot_release_rule"),
+            models.CheckConstraint(
+                condition=Q(kind="oneshot_release", guarantee__in=["ldp", "uldp", "per_report_non_collusion"])
+                | Q(kind="chain_release", guarantee__in=["", "ldp"])
+                | (~Q(kind__in=["chain_release", "oneshot_release"]) & Q(guarantee="")),
+                name="ledger_guarantee_only_on_releases"),
         ]
 
 

@@ -162,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "AttributeKindEnum": "market.models.Attribute.Kind",
         "LedgerEntryKindEnum": "accounts.models.LedgerEntry.Kind",
+        "AttributeMechanismEnum": "market.models.Attribute.Mechanism",
+        "PurchaseMechanismEnum": "market.models.Purchase.Mechanism",
+        "SurveyMechanismEnum": "market.models.SURVEY_MECHANISMS",
+        "GuaranteeEnum": "accounts.models.LedgerEntry.Guarantee",
     },
 }
 

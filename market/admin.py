@@ -67,7 +67,7 @@ class AttributeAdmin(AuditMixin, admin.ModelAdmin):
     search_fields = ("name", "dataset__title")
     #: Fixed once values exist: changing them would change what stored chains and inputs mean.
     FROZEN = ("kind", "labels", "low", "high", "num_bits", "num_hashes", "num_cohorts", "mechanism", "grid_start",
-              "grid_step", "grid_stop")
+              "grid_step", "grid_stop", "sensitive", "pum_tags", "num_items", "prior")
 
     @admin.display(description="epsilon grid")
     def grid(self, obj):
@@ -141,6 +141,8 @@ class ValueAdmin(ReadOnlyAdmin):
 
     @admin.display(description="chain")
     def chain_link(self, obj):
+        if obj.attribute.is_oneshot:
+            return "none (one-shot mechanism: every release is a fresh draw)"
         return admin_link("market_chain", obj.id, "stored chain")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
@@ -226,18 +228,28 @@ class ChainAdmin(ReadOnlyAdmin):
 
 @admin.register(Purchase)
 class PurchaseAdmin(ReadOnlyAdmin):
-    list_display = ("id", "buyer", "attribute", "epsilon", "status", "candidates", "included", "price", "created_at",
-                    "completed_at")
-    list_filter = ("status", "attribute", ("created_at", admin.DateFieldListFilter))
+    list_display = ("id", "buyer", "attribute", "mechanism", "epsilon", "charged_epsilon", "guarantee_text",
+                    "status", "candidates", "included", "price", "created_at", "completed_at")
+    list_filter = ("status", "mechanism", "guarantee", "attribute", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("buyer", "attribute__dataset")
     search_ids = ("id",)
     search_users = ("buyer",)
     search_help_text = "A purchase id, or a buyer's username."
     ordering = ("-id",)
-    fields = ("id", "buyer", "attribute", "epsilon", "cohort", "status", "idempotency_key", "candidates", "included",
-              "excluded_ceiling", "excluded_paused", "excluded_withdrawn", "excluded_no_raw", "new_points", "price",
-              "error", "created_at", "completed_at", "ledger", "money")
-    readonly_fields = ("id", "ledger", "money")
+    fields = ("id", "buyer", "attribute", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee_text",
+              "cohort", "status", "idempotency_key", "candidates", "included", "excluded_ceiling", "excluded_paused",
+              "excluded_withdrawn", "excluded_no_raw", "new_points", "price", "error", "created_at",
+              "completed_at", "ledger", "money")
+    readonly_fields = ("id", "ledger", "money", "guarantee_text")
+
+    @admin.display(description="guarantee", ordering="guarantee")
+    def guarantee_text(self, obj):
+        """The guarantee in words (improved Christofides: per-report epsilon under non-collusion, aggregate only)."""
+        from .oneshot import guarantee_label
+
+        if obj.guarantee:
+            return guarantee_label(obj.guarantee)
+        return "epsilon-LDP, gradual release (only the highest epsilon counts)" if obj.mechanism == "gradual_rr" else "-"
 
     @admin.display(description="ledger entries")
     def ledger(self, obj):

@@ -23,12 +23,27 @@ class Dataset(models.Model):
         return self.title
 
 
+#: Attribute mechanisms without a relaxation chain: every release is a fresh draw charged to ``oneshot_loss``.
+ONESHOT_MECHANISMS = ("urr", "urap", "rr3", "lpp", "private_sample")
+#: Survey mechanisms (a buyer commissions one question over a cohort of a binary attribute; aggregate only).
+SURVEY_MECHANISMS = ("warner", "simmons", "christofides", "improved_christofides")
+#: Most items of a graph attribute and labels of a distribution attribute (sealed inputs stay small).
+MAX_ITEMS = 1000
+
+
 class Attribute(models.Model):
     """One question of a dataset: its kind, domain, mechanism and epsilon grid.
 
     The grid ``grid_start, grid_start + grid_step, ...`` up to ``grid_stop`` is
     where chains are pre-generated as ceilings grow; purchases may still ask
     for any epsilon (bridged, tightened or extended).
+
+    One-shot mechanisms (spec service.md section 8) have no chain: ``urr`` and
+    ``urap`` (categorical, with a non-empty ``sensitive`` set of labels and
+    optional ``pum_tags``), ``rr3`` (``ternary``: three states), ``lpp``
+    (``graph``: weighted edges to ``num_items`` items) and ``private_sample``
+    (``distribution``: a probability vector over ``labels``, with the public
+    ``prior``).  Their grid only shapes the catalog's histogram.
     """
 
     class Kind(models.TextChoices):
@@ -36,9 +51,17 @@ class Attribute(models.Model):
         BINARY = "binary", "Binary"
         NUMERIC = "numeric", "Bounded numeric"
         STRING = "string", "String (RAPPOR Bloom filter)"
+        TERNARY = "ternary", "Three states (RR3)"
+        GRAPH = "graph", "Weighted edges to items (bipartite graph, LPP)"
+        DISTRIBUTION = "distribution", "Probability distribution over labels (private sampling)"
 
     class Mechanism(models.TextChoices):
         GRADUAL_RR = "gradual_rr", "Gradual-release randomized response"
+        URR = "urr", "Utility-optimized randomized response (uRR, one-shot)"
+        URAP = "urap", "Utility-optimized RAPPOR (uRAP, one-shot)"
+        RR3 = "rr3", "Three-element randomized response (EWRR3 or RR3‡, one-shot)"
+        LPP = "lpp", "Bipartite-graph protocol LPP‡ (one-shot)"
+        PRIVATE_SAMPLE = "private_sample", "Optimal private sampling with a public prior (one-shot)"
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="attributes")
     name = models.CharField(max_length=100)
@@ -55,13 +78,39 @@ class Attribute(models.Model):
     grid_step = models.DecimalField(**EPS, default=Decimal("0.1"))
     grid_stop = models.DecimalField(**EPS, default=Decimal("10"))
     price_policy = models.JSONField(default=dict, blank=True)
+    sensitive = models.JSONField(default=list, blank=True,
+                                 help_text="uRR/uRAP: the labels protected with full epsilon-LDP (non-empty).")
+    pum_tags = models.JSONField(default=list, blank=True,
+                                help_text="uRR/uRAP: public names of the tags owners may attach to their value "
+                                          "(personalized mechanism, PUM), e.g. [\"home\", \"workplace\"].")
+    num_items = models.PositiveIntegerField(null=True, blank=True, help_text="Graph attributes: the items.")
+    prior = models.JSONField(default=list, blank=True,
+                             help_text="Distribution attributes: the public prior over the labels (positive, "
+                                       "summing to 1).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["dataset", "name"], name="attribute_name_unique_in_dataset"),
-            models.CheckConstraint(condition=Q(kind__in=["categorical", "binary", "numeric", "string"]),
+            models.CheckConstraint(condition=Q(kind__in=["categorical", "binary", "numeric", "string", "ternary",
+                                                         "graph", "distribution"]),
                                    name="attribute_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(mechanism="gradual_rr", kind__in=["categorical", "binary", "numeric", "string"])
+                | Q(mechanism__in=["urr", "urap"], kind="categorical") | Q(mechanism="rr3", kind="ternary")
+                | Q(mechanism="lpp", kind="graph") | Q(mechanism="private_sample", kind="distribution"),
+                name="attribute_mechanism_fits_kind"),
+            models.CheckConstraint(
+                condition=(Q(mechanism__in=["urr", "urap"]) & ~Q(sensitive=[]))
+                | (~Q(mechanism__in=["urr", "urap"]) & Q(sensitive=[], pum_tags=[])),
+                name="attribute_sensitive_for_uldp"),
+            models.CheckConstraint(
+                condition=(Q(kind="graph", num_items__isnull=False, num_items__gte=1, num_items__lte=MAX_ITEMS))
+                | (~Q(kind="graph") & Q(num_items__isnull=True)),
+                name="attribute_graph_items"),
+            models.CheckConstraint(condition=(Q(kind="distribution") & ~Q(prior=[]))
+                                   | (~Q(kind="distribution") & Q(prior=[])),
+                                   name="attribute_distribution_prior"),
             models.CheckConstraint(condition=Q(grid_start__gte=0, grid_step__gt=0, grid_stop__gte=F("grid_start"),
                                                grid_stop__lte=700), name="attribute_grid_valid"),
             models.CheckConstraint(condition=~Q(kind="numeric") | Q(low__isnull=False, high__isnull=False,
@@ -83,9 +132,32 @@ class Attribute(models.Model):
         return len(self.labels) if self.kind == self.Kind.CATEGORICAL else 2
 
     @property
+    def is_oneshot(self) -> bool:
+        """Whether values have no chain and every release is a one-shot draw (spec service.md section 8)."""
+        return self.mechanism != self.Mechanism.GRADUAL_RR
+
+    @property
     def width(self) -> int:
-        """Outputs per chain step: 1, or the Bloom filter's bits for strings."""
-        return self.num_bits if self.kind == self.Kind.STRING else 1
+        """Outputs per release: 1; the Bloom filter's bits for strings; the uRAP bit vector (labels and PUM
+        bots) for uRAP; 2 (item, state) for LPP."""
+        if self.kind == self.Kind.STRING:
+            return self.num_bits
+        if self.mechanism == self.Mechanism.URAP:
+            return len(self.labels) + len(self.pum_tags)
+        if self.mechanism == self.Mechanism.LPP:
+            return 2
+        return 1
+
+    def clean(self):
+        """Validation for forms (the admin): the one-shot fields must describe a usable mechanism."""
+        from django.core.exceptions import ValidationError
+
+        from .domain import InvalidAttribute, check_attribute
+
+        try:
+            check_attribute(self)
+        except InvalidAttribute as exc:
+            raise ValidationError(str(exc)) from None
 
 
 class Value(models.Model):
@@ -157,6 +229,18 @@ class Purchase(models.Model):
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
 
+    class Mechanism(models.TextChoices):
+        GRADUAL_RR = "gradual_rr", "Gradual-release randomized response (chain)"
+        URR = "urr", "uRR"
+        URAP = "urap", "uRAP"
+        RR3 = "rr3", "RR3 family"
+        LPP = "lpp", "LPP‡"
+        PRIVATE_SAMPLE = "private_sample", "Private sample"
+        WARNER = "warner", "Warner survey"
+        SIMMONS = "simmons", "Simmons survey"
+        CHRISTOFIDES = "christofides", "Christofides survey"
+        IMPROVED_CHRISTOFIDES = "improved_christofides", "Improved Christofides survey"
+
     buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="purchases")
     attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="purchases")
     epsilon = models.DecimalField(**EPS)
@@ -175,6 +259,20 @@ class Purchase(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # One-shot releases and surveys (spec service.md section 8); a chain purchase keeps the defaults.
+    mechanism = models.CharField(max_length=32, choices=Mechanism.choices, default=Mechanism.GRADUAL_RR)
+    parameters = models.JSONField(default=dict, blank=True,
+                                  help_text="The mechanism's parameters as requested (eps1/eps2, family, theta, pi_b, "
+                                            "p2) and as realised (an IC deck's card counts).")
+    charged_epsilon = models.DecimalField(
+        **EPS, null=True, blank=True,
+        help_text="One-shot: the exact epsilon charged to each released value's oneshot_loss, rounded up to 6 "
+                  "decimal places (never under-charged). Set when the purchase completes.")
+    guarantee = models.CharField(max_length=32, blank=True, default="",
+                                 help_text="One-shot: ldp, uldp, or per_report_non_collusion (improved "
+                                           "Christofides); empty for chain purchases.")
+    result = models.JSONField(null=True, blank=True,
+                              help_text="Surveys: the aggregate estimate (the only thing a survey releases).")
 
     class Meta:
         ordering = ["-id"]
@@ -183,7 +281,29 @@ class Purchase(models.Model):
             models.CheckConstraint(condition=Q(epsilon__gt=0, epsilon__lte=700), name="purchase_epsilon_range"),
             models.CheckConstraint(condition=Q(price__gte=0), name="purchase_price_nonnegative"),
             models.CheckConstraint(condition=Q(included__lte=F("candidates")), name="purchase_counts_consistent"),
+            models.CheckConstraint(
+                condition=Q(mechanism="gradual_rr", guarantee="", charged_epsilon__isnull=True, result__isnull=True)
+                | Q(mechanism__in=["urr", "urap"], guarantee="uldp")
+                | Q(mechanism__in=["rr3", "lpp", "private_sample", "warner", "simmons", "christofides"],
+                    guarantee="ldp")
+                | Q(mechanism="improved_christofides", guarantee="per_report_non_collusion"),
+                name="purchase_guarantee_fits_mechanism"),
+            models.CheckConstraint(
+                condition=Q(charged_epsilon__isnull=True)
+                | Q(charged_epsilon__isnull=False, charged_epsilon__gt=0, charged_epsilon__lte=700),
+                name="purchase_charged_epsilon_range"),
+            models.CheckConstraint(
+                condition=~Q(status="completed") | Q(mechanism="gradual_rr") | Q(charged_epsilon__isnull=False),
+                name="purchase_oneshot_completed_charged"),
         ]
+
+    @property
+    def is_survey(self) -> bool:
+        return self.mechanism in SURVEY_MECHANISMS
+
+    @property
+    def is_oneshot(self) -> bool:
+        return self.mechanism != self.Mechanism.GRADUAL_RR
 
 
 class PurchaseChunk(models.Model):

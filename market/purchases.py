@@ -87,14 +87,21 @@ def purchase_claim(*, buyer: User, attribute: Attribute, epsilon, cohort: int | 
     if buyer.role != User.Role.BUYER:
         raise PurchaseError("Only buyers can purchase.")
     e = parse(epsilon, allow_zero=False)
-    digest = fingerprint(attribute_id=attribute.id, epsilon=e, cohort=cohort)
+    return claim_key(buyer=buyer, idempotency_key=idempotency_key,
+                     request_hash=fingerprint(attribute_id=attribute.id, epsilon=e, cohort=cohort),
+                     attribute=attribute, epsilon=e, cohort=cohort)
+
+
+def claim_key(*, buyer: User, idempotency_key: str, request_hash: str, **fields) -> tuple[Purchase, bool]:
+    """Create the purchase row under the buyer's ``idempotency_key`` (UNIQUE), or return the row a request with
+    the same body (``request_hash``) created; another body under the same key is a conflict (409)."""
     try:
         with transaction.atomic():
-            return Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=e, cohort=cohort,
-                                           idempotency_key=idempotency_key, request_hash=digest), True
+            return Purchase.objects.create(buyer=buyer, idempotency_key=idempotency_key, request_hash=request_hash,
+                                           **fields), True
     except IntegrityError:
         existing = Purchase.objects.get(buyer=buyer, idempotency_key=idempotency_key)
-        if existing.request_hash != digest:
+        if existing.request_hash != request_hash:
             raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.") from None
         return existing, False
 

@@ -58,7 +58,9 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
 
     A value is available at e when a purchase at e would include it: not
     paused or withdrawn, ``e + oneshot_loss <= ceiling``, and, when its raw
-    datum was deleted (no extension possible), ``e <= head``.  One grouped
+    datum was deleted (no extension possible), ``e <= head``.  For one-shot
+    attributes (e: the charged epsilon) ``e + chain_loss + oneshot_loss <=
+    ceiling`` and the raw value present.  One grouped
     query for all the attributes; the counts per distinct limit are summed in numpy.
     """
     attributes = list(attributes)
@@ -66,8 +68,12 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
         return {}
     big = BigIntegerField()
     headroom = ExpressionWrapper(micro("ceiling") - micro("oneshot_loss"), output_field=big)
-    limit = Case(When(value__raw_deleted_at__isnull=False,
-                      then=Least(headroom, micro("value__chain__head"), output_field=big)),
+    oneshot = ~Q(value__attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
+    deleted = Q(value__raw_deleted_at__isnull=False)
+    # One-shot attributes: e + chain_loss + oneshot_loss <= ceiling, and never without the raw value.
+    limit = Case(When(oneshot & deleted, then=Value(-1, output_field=big)),
+                 When(oneshot, then=ExpressionWrapper(headroom - micro("chain_loss"), output_field=big)),
+                 When(deleted, then=Least(headroom, micro("value__chain__head"), output_field=big)),
                  default=headroom, output_field=big)
     rows = (BudgetAccount.objects
             .filter(value__attribute__in=[a.id for a in attributes], paused=False, value__withdrawn_at__isnull=True)
@@ -109,8 +115,11 @@ class PredictedError:
 
     target: str
     standard_error: float
-    worst_case_standard_error: float
+    worst_case_standard_error: float | None
     per_category: list[dict] = field(default_factory=list)
+    expected_l2: float | None = None  # uRR/uRAP: the exact expected squared l2 loss (uniform population)
+    variance: float | None = None  # surveys: the estimate's variance (at a proportion of 1/2)
+    covariance: list[list[float]] | None = None  # RR3: the estimator's covariance (uniform population)
 
 
 def predicted_error(attribute: Attribute, epsilon: Decimal, n: int) -> PredictedError | None:
@@ -164,6 +173,10 @@ class Quote:
     predicted: PredictedError | None
     expires_at: datetime
     token: str = ""
+    mechanism: str = Purchase.Mechanism.GRADUAL_RR
+    charged_epsilon: Decimal | None = None
+    guarantee: str = ""
+    parameters: dict = field(default_factory=dict)
 
     @property
     def upgrade_credit(self) -> Decimal:
@@ -203,6 +216,38 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     return q
 
 
+def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | None, policy: PricePolicy) -> Quote:
+    """What a one-shot purchase or survey (``market.oneshot.Spec``) would include, cost and charge now (no locks).
+
+    Every included value costs the policy price at the charged epsilon (each release is new loss: no upgrade
+    credit).  For an improved Christofides survey the charged epsilon is the per-report level of the deck
+    dealt to the values included now.
+    """
+    from . import oneshot, oneshot_stats
+
+    p = oneshot.pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
+    n = int(p.eligible.sum())
+    charged = spec.charged
+    if spec.mechanism == Purchase.Mechanism.IMPROVED_CHRISTOFIDES and n:
+        try:
+            charged = oneshot.ceil6(oneshot.deck_level(oneshot.ic_deck(n, spec.epsilon, spec.value("p2"))))
+        except oneshot.TooFewRespondents:
+            n = 0
+    per_value = units_to_decimal(int(policy.units(np.array([to_micro(charged)]))[0]))
+    excluded = p.excluded()
+    q = Quote(
+        attribute=attribute, epsilon=spec.purchase_epsilon, cohort=cohort, candidates=int(p.value_ids.size),
+        included=n, excluded_ceiling=excluded["ceiling"], excluded_paused=excluded["paused"],
+        excluded_withdrawn=excluded["withdrawn"], excluded_no_raw=excluded["no_raw"], price=per_value * n,
+        list_price=per_value * n, price_per_value=per_value, predicted=oneshot_stats.predicted(attribute, spec, n),
+        expires_at=timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS), mechanism=spec.mechanism,
+        charged_epsilon=charged, guarantee=spec.guarantee, parameters=dict(spec.parameters))
+    q.token = signing.dumps({"b": buyer_id, "a": attribute.id, "e": None if spec.epsilon is None else str(spec.epsilon),
+                             "c": cohort, "p": str(q.price), "n": n, "m": spec.mechanism, "x": spec.parameters},
+                            salt=QUOTE_SALT, compress=True)
+    return q
+
+
 class QuoteInvalid(ValueError):
     pass
 
@@ -221,8 +266,9 @@ def open_quote(token: str, *, buyer_id: int, check_expiry: bool = True) -> dict:
         raise QuoteInvalid("This is not a quote this service issued.") from None
     if data.get("b") != buyer_id:
         raise QuoteInvalid("This quote was issued to another buyer.")
-    return {"attribute": data["a"], "epsilon": Decimal(data["e"]), "cohort": data["c"], "price": Decimal(data["p"]),
-            "included": data["n"]}
+    return {"attribute": data["a"], "epsilon": None if data["e"] is None else Decimal(data["e"]), "cohort": data["c"],
+            "price": Decimal(data["p"]), "included": data["n"], "mechanism": data.get("m", "gradual_rr"),
+            "parameters": data.get("x", {})}
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -269,7 +315,12 @@ def output_rows(purchase: Purchase, start: int, stop: int) -> tuple[np.ndarray, 
 
 
 def output_labels(attribute: Attribute) -> list[str] | None:
-    """Output names for single-output kinds (categorical, binary, numeric); ``None`` for strings (bit lists)."""
+    """Output names for single-output kinds (categorical, binary, numeric; uRR with its PUM bots, RR3, private
+    samples); ``None`` for vectors (strings' and uRAP's bit lists, LPP's (item, state) reports)."""
+    if attribute.is_oneshot:
+        from .oneshot_stats import output_labels as oneshot_labels
+
+        return oneshot_labels(attribute)
     if attribute.kind == Attribute.Kind.NUMERIC:
         return ["low", "high"]
     if attribute.kind == Attribute.Kind.STRING:
@@ -354,7 +405,12 @@ def purchase_estimate(purchase: Purchase) -> dict:
     if hit is not None:
         return hit
     _, outputs = all_outputs(purchase)
-    result = estimate_outputs(purchase.attribute, outputs, purchase.epsilon)
+    if purchase.is_oneshot:
+        from .oneshot_stats import estimate
+
+        result = estimate(purchase, outputs)
+    else:
+        result = estimate_outputs(purchase.attribute, outputs, purchase.epsilon)
     cache.set(key, result, timeout=24 * 3600)
     return result
 
@@ -380,6 +436,15 @@ def progress_reporter(purchase_id: int, total: int):
         progress_set(purchase_id, (done * total) // steps if steps else total, total)
 
     return report
+
+
+def request_size(purchase: Purchase) -> tuple[int, int]:
+    """``(candidates, eligible)`` of a claimed purchase of any mechanism, now, without locks."""
+    if purchase.is_oneshot:
+        from . import oneshot
+
+        return oneshot.eligible_count(purchase.attribute, purchase.cohort, oneshot.spec_of(purchase))
+    return eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
 
 
 def eligible_count(attribute: Attribute, cohort: int | None, epsilon: Decimal) -> tuple[int, int]:

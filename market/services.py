@@ -29,6 +29,8 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
     Each value gets its sealed raw value and mechanism input, a budget account,
     a chain from the grid start up to its ceiling (the first grid point at
     least: pre-generation costs no privacy), and a ledger entry for its policy.
+    Values of one-shot attributes (``Attribute.is_oneshot``) get no chain: each
+    release draws afresh from the sealed input (``market.oneshot``).
     """
     if (ceiling is None) == (schedule is None):
         raise BudgetError("Give either a fixed ceiling or a schedule.")
@@ -38,25 +40,34 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
         raise BudgetError("Only owners can contribute values.")
     now = now or timezone.now()
     current = parse(ceiling, name="ceiling") if schedule is None else schedule.ceiling_at(now)
+    if attribute.is_oneshot:
+        try:
+            domain.check_attribute(attribute)
+        except domain.InvalidAttribute as exc:
+            raise domain.InvalidValue(f"This attribute cannot take values yet: {exc}.") from None
     inputs, payload, cohorts = domain.to_inputs(attribute, list(raws), rng)
     owner_ids = np.array([o.id for o in owners], dtype=np.int64)
     sealed_inputs = sealing.seal_inputs(owner_ids, np.full(len(owners), attribute.id), payload)
-    grid = chains.Grid.of(attribute)
-    top = int(grid.last_point_upto(np.array([to_micro(current)]))[0])
-    points = np.arange(grid.start, top + 1, grid.step, dtype=np.int64)
-    outputs = chains.generate(inputs, points, attribute.domain_size, rng)
+    if not attribute.is_oneshot:
+        grid = chains.Grid.of(attribute)
+        top = int(grid.last_point_upto(np.array([to_micro(current)]))[0])
+        points = np.arange(grid.start, top + 1, grid.step, dtype=np.int64)
+        outputs = chains.generate(inputs, points, attribute.domain_size, rng)
     policy = schedule.fields() if schedule else {}
     with transaction.atomic():
         values = Value.objects.bulk_create(
             [Value(owner=o, attribute=attribute, input_sealed=s, cohort=int(c),
-                   raw_sealed=sealing.seal_raw(str(r), owner_id=o.id, attribute_id=attribute.id))
+                   raw_sealed=sealing.seal_raw(domain.raw_text(attribute, r), owner_id=o.id,
+                                               attribute_id=attribute.id))
              for o, r, s, c in zip(owners, raws, sealed_inputs, cohorts)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
             [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
-        Chain.objects.bulk_create(
-            [Chain(value=v, **dict(zip(("epsilons", "outputs", "head_output"), chains.encode(points, outputs[i]))),
-                   length=points.size, head=from_micro(int(points[-1])))
-             for i, v in enumerate(values)], batch_size=2000)
+        if not attribute.is_oneshot:
+            Chain.objects.bulk_create(
+                [Chain(value=v, **dict(zip(("epsilons", "outputs", "head_output"),
+                                           chains.encode(points, outputs[i]))),
+                       length=points.size, head=from_micro(int(points[-1])))
+                 for i, v in enumerate(values)], batch_size=2000)
         ledger.append(event_rows(budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING))
     return values
 
@@ -80,6 +91,44 @@ def value_delete_raw(*, value_id: int) -> Value:
             value.raw_deleted_at = timezone.now()
             value.save(update_fields=["raw_sealed", "input_sealed", "raw_deleted_at"])
             ledger.append(event_rows([budget], LedgerEntry.Kind.RAW_DELETED))
+    return value
+
+
+def value_set_pum_tag(*, value_id: int, tag: str | None, owner: User | None = None) -> Value:
+    """Tag a uRR/uRAP value as personally sensitive under one of its attribute's ``pum_tags`` (or untag it).
+
+    The tag is sealed with the mechanism input (``market.domain``: bound to the
+    owner and attribute, like the input itself), so the server stores only
+    ciphertext and a release reveals no more than the mechanism's output: a
+    tagged value is released as the tag's bot ``⊥tag`` through the common uRR/uRAP
+    with the sensitive set extended by the bots (``mechanisms.uldp.pum_preprocess``).
+    Only the value's owner may tag it (``owner``, when given, must be the owner:
+    the portal passes the signed-in user).  No budget changes, so no ledger entry;
+    the budget row is locked first, as every writer of a value does.
+    """
+    with transaction.atomic():
+        BudgetAccount.objects.select_for_update().filter(value_id=value_id).values_list("value_id").first()
+        value = Value.objects.select_for_update().select_related("attribute").filter(id=value_id).first()
+        if value is None or (owner is not None and value.owner_id != owner.id):
+            raise BudgetError("No such value.")
+        attribute = value.attribute
+        if attribute.mechanism not in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP):
+            raise BudgetError("Only values of uRR and uRAP attributes can carry a personal sensitivity tag.")
+        tags = list(attribute.pum_tags)
+        if tag in (None, ""):
+            code = -1
+        elif tag in tags:
+            code = tags.index(tag)
+        else:
+            choices = ", ".join(tags) if tags else "none: this attribute offers no tags"
+            raise BudgetError(f"{tag!r} is not one of this attribute's tags ({choices}).")
+        if value.input_sealed is None:
+            raise BudgetError("The raw value was deleted: there is nothing left to tag.")
+        payload = sealing.open_inputs([bytes(value.input_sealed)], [value.owner_id], [attribute.id],
+                                      domain.payload_bytes(attribute))
+        value.input_sealed = sealing.seal_inputs([value.owner_id], [attribute.id],
+                                                 domain.with_pum_tag(payload, code))[0]
+        value.save(update_fields=["input_sealed"])
     return value
 
 

@@ -29,9 +29,9 @@ def advance_schedules() -> int:
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, time_limit=30 * 60, soft_time_limit=28 * 60,
              max_retries=5)
 def run_purchase(self, purchase_id: int) -> str:
-    """Run a claimed purchase (API: large purchases answer 202 and enqueue this on commit).
+    """Run a claimed purchase, one-shot purchase or survey (API: large ones answer 202 and enqueue this on commit).
 
-    Idempotent: ``purchase_execute`` returns a completed purchase as it is, and
+    Idempotent: ``purchase_execute`` (``oneshot_execute``) returns a completed purchase as it is, and
     its single transaction means a worker killed mid-way leaves nothing behind
     (the message is redelivered, ``acks_late``).  A refused purchase
     (``PurchaseError``: short of credit, ...) is recorded as failed with the
@@ -40,18 +40,19 @@ def run_purchase(self, purchase_id: int) -> str:
     from celery.exceptions import SoftTimeLimitExceeded
 
     from .models import Purchase
-    from .purchases import PurchaseConflict, PurchaseError, purchase_execute, purchase_fail
-    from .selectors import eligible_count, progress_reporter, progress_set
+    from .oneshot import execute
+    from .purchases import PurchaseConflict, PurchaseError, purchase_fail
+    from .selectors import progress_reporter, progress_set, request_size
 
     purchase = Purchase.objects.select_related("attribute").filter(id=purchase_id).first()
     if purchase is None or purchase.status == Purchase.Status.COMPLETED:
         return purchase.status if purchase else "missing"
-    _, total = eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
+    _, total = request_size(purchase)
     progress_set(purchase_id, 0, total)
     Purchase.objects.filter(id=purchase_id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
         status=Purchase.Status.RUNNING, error="")
     try:
-        return purchase_execute(purchase_id=purchase_id, progress=progress_reporter(purchase_id, total)).status
+        return execute(purchase_id=purchase_id, progress=progress_reporter(purchase_id, total)).status
     except PurchaseConflict as exc:  # a concurrent change: nothing was written, running again succeeds
         raise self.retry(exc=exc, countdown=1) from None
     except PurchaseError as exc:

@@ -4,8 +4,10 @@ Hand-written SVG (no JavaScript, no plotting library at request time).  The
 ceiling is derived from the value's ledger: after a "ceiling set" entry it is
 that fixed ceiling; after a "schedule set" entry it follows the schedule
 (``accounts.schedule.ceiling_micro``, exactly what the service materialises).
-The loss is a step function through the releases' losses.  The part of the
-ceiling after "now" (a schedule still to run) is drawn dashed.
+The loss is a step function through the releases' losses; when a value has
+one-shot spending (one-shot releases, surveys), the chain's part of it is drawn
+as a second, dotted line, so the band between the two is the one-shot part.
+The part of the ceiling after "now" (a schedule still to run) is drawn dashed.
 """
 from __future__ import annotations
 
@@ -88,15 +90,21 @@ def ceiling_series(events, end: datetime) -> list[tuple[datetime, Decimal]]:
     return points
 
 
-def loss_series(events, end: datetime) -> list[tuple[datetime, Decimal]]:
+def loss_series(events, end: datetime, part: str = "loss") -> list[tuple[datetime, Decimal]]:
+    """The loss (``part``: ``loss``, or its ``chain_loss`` or ``oneshot_loss`` part) as a step function."""
     if not events:
         return []
     points = [(events[0].at, Decimal(0))]
     for e in events:
-        if e.loss != points[-1][1]:
-            points += [(e.at, points[-1][1]), (e.at, e.loss)]
+        v = getattr(e, part)
+        if v != points[-1][1]:
+            points += [(e.at, points[-1][1]), (e.at, v)]
     points.append((end, points[-1][1]))
     return points
+
+
+def has_oneshot(events) -> bool:
+    return any(getattr(e, "oneshot_loss", 0) > 0 for e in events)
 
 
 def paused_spans(events, end: datetime) -> list[tuple[datetime, datetime]]:
@@ -209,6 +217,9 @@ def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart",
         area = loss + [(loss[-1][0], Decimal(0)), (loss[0][0], Decimal(0))]
         parts.append(f'<path class="loss-area" d="{f.path(area)} Z"/>')
         parts.append(f'<path class="loss" d="{f.path(loss)}"/>')
+        if has_oneshot(events):
+            parts.append(f'<path class="chain-loss" d="{f.path(loss_series(events, end, "chain_loss"))}">'
+                         f'<title>Chain part of the privacy spent (the rest is one-shot)</title></path>')
     if ceiling:
         xnow = f.x(now)
         parts.append(f'<clipPath id="{uid}-past"><rect x="0" y="0" width="{xnow}" height="{height}"/></clipPath>')
@@ -219,7 +230,8 @@ def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart",
         parts.append(f'<path class="ceiling planned" d="{d}" clip-path="url(#{uid}-future)"/>')
     for e in events:
         if e.epsilon is not None:
-            label = f"Released at ε {_eps(e.epsilon)} on {timezone.localtime(e.at):%d %b %Y %H:%M}"
+            how = " (one-shot)" if e.kind == LedgerEntry.Kind.ONESHOT_RELEASE else ""
+            label = f"Released at ε {_eps(e.epsilon)}{how} on {timezone.localtime(e.at):%d %b %Y %H:%M}"
             parts.append(f'<circle class="release" cx="{f.x(e.at)}" cy="{f.y(e.loss)}" r="3.5">'
                          f'<title>{escape(label)}</title></circle>')
     if now < end:

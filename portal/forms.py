@@ -6,6 +6,7 @@ everything (the forms only make the errors friendlier).
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -261,15 +262,29 @@ class ContributeForm(ScheduleForm):
 
 
 def raw_field(attribute: Attribute) -> forms.Field:
-    """The input for the owner's value, by kind: a choice, a bounded number, or a text."""
+    """The input for the owner's value, by kind: a choice, three labelled states, a bounded number, weights per
+    item, probabilities per label, or a text."""
     label = f"Your value for “{attribute.name}”"
     help_text = attribute.description or ""
     kind = attribute.kind
     if kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY):
+        if attribute.mechanism in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP) and attribute.sensitive:
+            help_text = (f"Sensitive answers, always protected: {', '.join(attribute.sensitive)}. Any other answer "
+                         f"may be passed on exactly. {help_text}").strip()
         return forms.ChoiceField(
             label=label, help_text=help_text, choices=[("", "Choose…")] + [(x, x) for x in labels_of(attribute)],
             error_messages={"required": "Please choose your answer.",
                             "invalid_choice": "Please choose one of the answers in the list."})
+    if kind == Attribute.Kind.TERNARY:
+        return forms.ChoiceField(
+            label=label, help_text=help_text, widget=forms.RadioSelect,
+            choices=[(x, x) for x in labels_of(attribute)],
+            error_messages={"required": "Please choose one of the three states.",
+                            "invalid_choice": "Please choose one of the three states."})
+    if kind == Attribute.Kind.GRAPH:
+        return GraphField(attribute, label=label, help_text=help_text)
+    if kind == Attribute.Kind.DISTRIBUTION:
+        return DistributionField(attribute, label=label, help_text=help_text)
     if kind == Attribute.Kind.NUMERIC:
         low, high = (Decimal(f"{d.normalize():f}") for d in (attribute.low, attribute.high))
         between = f"between {low:f} and {high:f}"
@@ -285,3 +300,245 @@ def raw_field(attribute: Attribute) -> forms.Field:
         label=label, max_length=MAX_STRING, help_text=f"Up to {MAX_STRING} characters. {help_text}".strip(),
         error_messages={"required": "Please enter your value.",
                         "max_length": f"The value can be at most {MAX_STRING} characters long."})
+
+
+# ------------------------------------------------------------------------ numbers per name (graphs, distributions)
+
+#: Up to this many items or labels get one labelled input each; more are typed as lines "name number".
+FIELDS_UP_TO = 30
+#: How far the owner's probabilities may add up away from 1 (they are then rescaled to add up to exactly 1).
+SUM_TOLERANCE = Decimal("0.001")
+_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
+
+
+class NamedNumbersWidget(forms.MultiWidget):
+    """One labelled number input per name (an item or a label), grouped in a fieldset with the field's legend.
+
+    Each input gets its own visible ``<label>``; when the field has help text or errors, each input is also
+    described by them (``aria-describedby``), as single inputs are.
+    """
+
+    template_name = "portal/widgets/named_numbers.html"
+    use_fieldset = True
+
+    def __init__(self, names: list[str], *, has_help: bool, shown: list[str] | None = None, **number_attrs):
+        self.names = list(names)
+        self.shown = list(shown or names)  # what each input's label says
+        self.has_help = has_help
+        super().__init__([_number_widget(**number_attrs) for _ in self.names])
+
+    def decompress(self, value):
+        if isinstance(value, dict):
+            return [value.get(n) for n in self.names]
+        return [None] * len(self.names)
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        base = (attrs or {}).get("id") or f"id_{name}"
+        described = ([f"{base}_helptext"] if self.has_help else []) + \
+            ([f"{base}_error"] if (attrs or {}).get("aria-invalid") == "true" else [])
+        for sub, label in zip(context["widget"]["subwidgets"], self.shown):
+            sub["item_label"] = label
+            if described:
+                sub["attrs"]["aria-describedby"] = " ".join(described)
+        return context
+
+
+def _parse_number(text: str) -> Decimal:
+    text = text.strip().translate(_MINUS)
+    if re.fullmatch(r"[+-]?\d+,\d+", text):
+        text = text.replace(",", ".")
+    d = Decimal(text)  # InvalidOperation for anything that is not a number
+    if not d.is_finite():
+        raise InvalidOperation(text)
+    return d
+
+
+class NamedNumbersField(forms.Field):
+    """A number for some of ``names``: one input each (few names) or lines "name number" (many names).
+
+    Cleans to ``{name: Decimal}`` with only the names given (empty inputs and unlisted names left out);
+    subclasses check the numbers and build the raw value for ``market.services.value_create``.
+    """
+
+    what = "number"
+    names_word = "labels"
+
+    def __init__(self, attribute: Attribute, *, label: str, help_text: str, **number_attrs):
+        self.names = labels_of(attribute)
+        #: A graph without item names numbers its items 0, 1, ...: their inputs say "Item 0", "Item 1", ...
+        shown = self.names if attribute.labels else [f"Item {n}" for n in self.names]
+        self.as_lines = len(self.names) > FIELDS_UP_TO
+        help_text = f"{self.instructions()} {help_text}".strip()
+        if self.as_lines:
+            widget = forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "autocapitalize": "none",
+                                           "placeholder": self.example()})
+        else:
+            widget = NamedNumbersWidget(self.names, shown=shown, has_help=bool(help_text), **number_attrs)
+        super().__init__(label=label, help_text=help_text, widget=widget, required=False)
+
+    def instructions(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def example(self) -> str:
+        return "\n".join(f"{n} {x}" for n, x in zip(self.names[:2], ("0.5", "-1")))
+
+    def to_python(self, value) -> dict[str, Decimal]:
+        return self._from_lines(value or "") if self.as_lines else self._from_inputs(value or [])
+
+    def _from_inputs(self, values) -> dict[str, Decimal]:
+        out, bad = {}, []
+        for name, text in zip(self.names, list(values) + [None] * (len(self.names) - len(values))):
+            if text in (None, "") or not str(text).strip():
+                continue
+            try:
+                out[name] = _parse_number(str(text))
+            except (InvalidOperation, ValueError):
+                bad.append(name)
+        if bad:
+            raise ValidationError(f"The {self.what} for {_names(bad)} is not a number; write it like 0.25.",
+                                  code="invalid")
+        return out
+
+    def _from_lines(self, text: str) -> dict[str, Decimal]:
+        exact = set(self.names)
+        folded: dict[str, list[str]] = {}
+        for n in self.names:
+            folded.setdefault(n.casefold(), []).append(n)
+        out: dict[str, Decimal] = {}
+        errors = []
+        example = self.example().splitlines()[0]
+        for number, line in enumerate(str(text).splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            m = _LINE.match(line)
+            whole = line if line in exact else (folded.get(line.casefold()) or [None])[0]
+            if whole is not None:  # a name alone ("item 4" names an item): its number is missing
+                errors.append(f"line {number}: “{whole}” needs a {self.what} after it")
+                continue
+            if m is None:
+                errors.append(f"line {number}: write the name, a space and the {self.what}, for example “{example}”")
+                continue
+            name, text_number = m.group("name").strip(), m.group("number")
+            if name in exact:
+                key = name
+            elif len(folded.get(name.casefold(), [])) == 1:
+                key = folded[name.casefold()][0]
+            else:
+                errors.append(f"line {number}: “{name}” is not one of the {self.names_word}")
+                continue
+            if key in out:
+                errors.append(f"line {number}: “{key}” is given twice")
+                continue
+            out[key] = _parse_number(text_number)
+        if errors:
+            more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+            raise ValidationError("Please check " + "; ".join(errors[:3]) + more + ".", code="invalid")
+        return out
+
+
+#: A line "name number": the name may hold spaces; ":", "=", "," or ";" may separate it from the number.
+_LINE = re.compile(r"^(?P<name>.+?)[\s:=,;]+(?P<number>[+\-\u2212\u2013]?(?:\d+(?:[.,]\d*)?|[.,]\d+))$")
+
+
+def _names(names: list[str]) -> str:
+    quoted = [f"“{n}”" for n in names[:5]] + ([f"{len(names) - 5} more"] if len(names) > 5 else [])
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+class GraphField(NamedNumbersField):
+    """The owner's weighted edges to a graph attribute's items: a weight in [-1, 1] per item, or no edge.
+
+    Cleans to ``{item: float}`` (items without an edge left out), the raw value ``value_create`` takes.
+    """
+
+    what = "weight"
+    names_word = "items"
+
+    def __init__(self, attribute: Attribute, **kwargs):
+        super().__init__(attribute, min="-1", max="1", **kwargs)
+
+    def instructions(self) -> str:
+        if self.as_lines:
+            shown = ", ".join(self.names[:8]) + (f" … ({len(self.names)} items)" if len(self.names) > 8 else "")
+            return (f"One line per item you have an edge to: the item's name, a space, and the edge's weight, a "
+                    f"number from −1 to 1 (for example “{self.example().splitlines()[0]}”). Items you leave out "
+                    f"have no edge. Items: {shown}.")
+        return ("For each item you have an edge to, enter the edge's weight: a number from −1 (strongly negative) "
+                "to 1 (strongly positive); 0 is an edge with a neutral weight. Leave an item empty for no edge.")
+
+    def clean(self, value):
+        weights = super().clean(value)
+        outside = [n for n, w in weights.items() if not -1 <= w <= 1]
+        if outside:
+            raise ValidationError(f"Edge weights must be between −1 and 1: check the weight for {_names(outside)}.",
+                                  code="range")
+        if not weights:
+            raise ValidationError("Please give a weight for at least one item (leave the items you have no edge "
+                                  "to empty).", code="required")
+        return {n: float(weights[n]) for n in self.names if n in weights}
+
+
+class DistributionField(NamedNumbersField):
+    """The owner's probability for each label: non-negative, adding up to 1 within ``SUM_TOLERANCE``.
+
+    Empty labels count as 0.  Cleans to ``{label: float}`` over every label, rescaled to add up to exactly 1
+    (kept as typed when they already do), the raw value ``value_create`` takes.
+    """
+
+    what = "probability"
+
+    def __init__(self, attribute: Attribute, **kwargs):
+        super().__init__(attribute, min="0", max="1", **kwargs)
+
+    def example(self) -> str:
+        return "\n".join(f"{n} {x}" for n, x in zip(self.names[:2], ("0.7", "0.3")))
+
+    def instructions(self) -> str:
+        how = ("One line per label: the label, a space, and its probability; labels you leave out count as 0."
+               if self.as_lines else "Enter a probability for each label; an empty label counts as 0.")
+        return (f"{how} Probabilities are numbers from 0 to 1 that must add up to 1 (a difference of up to "
+                f"{SUM_TOLERANCE} is accepted, for example 0.333 three times, and then rescaled to add up to exactly "
+                f"1). They are probabilities, not counts or percentages.")
+
+    def clean(self, value):
+        p = super().clean(value)
+        negative = [n for n, x in p.items() if x < 0]
+        if negative:
+            raise ValidationError(f"Probabilities cannot be negative: check {_names(negative)}.", code="range")
+        total = sum(p.values(), Decimal(0))
+        if total == 0:
+            raise ValidationError("Please enter your probabilities: they must add up to 1.", code="required")
+        if abs(total - 1) > SUM_TOLERANCE:
+            hint = " (they look like percentages: divide each by 100)" if abs(total - 100) <= 100 * SUM_TOLERANCE \
+                else ""
+            raise ValidationError(f"Your probabilities add up to {total.normalize():f}; they must add up to 1{hint}.",
+                                  code="sum")
+        if total == 1:
+            return {n: float(p.get(n, 0)) for n in self.names}
+        return {n: float(p.get(n, Decimal(0)) / total) for n in self.names}
+
+
+# ----------------------------------------------------------------------------------------------- PUM tags
+
+NO_TAG = ""
+
+
+class PumTagForm(PlainLabels, forms.Form):
+    """Tag a uRR/uRAP value as personally sensitive under one of its attribute's tags, or remove the tag."""
+
+    tag = forms.ChoiceField(
+        label="Is this answer personally sensitive for you?", widget=forms.RadioSelect, required=False,
+        error_messages={"invalid_choice": "Please choose one of the tags in the list, or no tag."})
+
+    def __init__(self, *args, attribute: Attribute, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tag"].choices = [(NO_TAG, "No: not personally sensitive (no tag)")] + [
+            (t, f"Yes, tag it “{t}”") for t in attribute.pum_tags]
+
+    def clean_tag(self):
+        if self.is_bound and "tag" not in self.data:  # nothing chosen: never remove a tag by omission
+            raise ValidationError("Please choose one of the tags, or no tag.", code="required")
+        return self.cleaned_data["tag"]
+

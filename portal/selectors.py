@@ -6,6 +6,7 @@ Buyers appear only as their organisation, never by username or e-mail.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +20,7 @@ from django.utils import timezone
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from market import sealing
 from market.domain import labels_of
-from market.models import Attribute, Value
+from market.models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 
 RELEASE_KINDS = (LedgerEntry.Kind.CHAIN_RELEASE, LedgerEntry.Kind.ONESHOT_RELEASE)
 ZERO_MONEY = Decimal("0.0000")
@@ -30,6 +31,120 @@ NO_ORGANISATION = "Organisation not given"
 def _money(d) -> Decimal:
     """Money to 4 places (SQLite's SUM of decimals comes back with float noise digits)."""
     return Decimal(str(d)).quantize(CENT)
+
+
+# ------------------------------------------------------------------------------ mechanisms and guarantees, in words
+
+G = LedgerEntry.Guarantee
+PUM_MECHANISMS = (Attribute.Mechanism.URR, Attribute.Mechanism.URAP)
+
+#: What each way of selling is called on the owner's pages.
+MECHANISM_NAMES = {
+    "gradual_rr": "Chain (gradual-release randomized response)",
+    "urr": "uRR (utility-optimized randomized response)",
+    "urap": "uRAP (utility-optimized RAPPOR)",
+    "rr3": "RR3 (three-state randomized response)",
+    "lpp": "LPP‡ (randomized edge report)",
+    "private_sample": "Private sample of your distribution",
+    "warner": "Warner survey",
+    "simmons": "Simmons survey",
+    "christofides": "Christofides survey",
+    "improved_christofides": "Improved Christofides survey",
+}
+
+#: How each mechanism works and what its releases cost, in plain words (contribute and value pages).
+MECHANISM_EXPLAINED = {
+    "gradual_rr": "Buyers get randomized versions of your value from one stored chain. All buyers together learn "
+                  "no more than the highest ε ever sold, so only the highest ε counts: selling again at the same "
+                  "or a lower ε costs you nothing.",
+    "urr": "Each sale sends one randomized answer (utility-optimized randomized response). Answers in the sensitive "
+           "set are protected with ε-LDP; any other answer may be passed on exactly, because it is not considered "
+           "sensitive. If your answer is sensitive for you personally, tag it on the value page and it is sent as a "
+           "protected symbol instead.",
+    "urap": "Each sale sends one randomized bit vector (utility-optimized RAPPOR). Answers in the sensitive set are "
+            "protected with ε-LDP; any other answer may be passed on exactly, because it is not considered "
+            "sensitive. If your answer is sensitive for you personally, tag it on the value page and it is sent as a "
+            "protected symbol instead.",
+    "rr3": "Each sale reports one of the three states, randomized: the true state is more likely to be reported the "
+           "higher the ε. The ε charged is the mechanism's exact level (for the two-parameter RR3‡, less than the "
+           "sum of its two parameters).",
+    "lpp": "Each sale picks one item at random and reports whether you have an edge to it and, if so, its sign, both "
+           "randomized. A weight w becomes +1 with probability (1 + w)/2, otherwise −1. The ε charged is the exact "
+           "level of the two parameters, less than their sum.",
+    "private_sample": "Each sale releases one label drawn from your distribution by a sampler that is ε-LDP and "
+                      "uses the public prior. Buyers never see your probabilities.",
+}
+ONESHOT_COST = ("One-shot: there is no chain. Every sale is a fresh randomization of your value and adds its ε to "
+                "what this value has spent, so ten sales at ε 0.1 spend ε 1.")
+CHAIN_COST = ("Chain: only the highest ε counts. A sale at or below the highest ε already sold adds nothing to "
+              "what this value has spent.")
+SURVEY_NOTE = ("Buyers may also commission yes/no surveys over this question (Warner, Simmons, Christofides or "
+               "improved Christofides). Your answer is randomized inside the service, only the aggregate estimate "
+               "is sold, and each survey adds its ε to your one-shot spending. An improved Christofides survey "
+               "protects each answer with ε only if respondents cannot see each other's cards or answers "
+               "(non-collusion).")
+CEILING_NOTE = ("Your ceiling caps the total: the chain's highest ε plus the sum of one-shot releases never exceeds "
+                "it. A sale that would go over it leaves your value out.")
+
+
+def mechanism_name(mechanism: str) -> str:
+    return MECHANISM_NAMES.get(mechanism, mechanism)
+
+
+def guarantee_words(guarantee: str, mechanism: str, epsilon) -> str:
+    """What a release's ε guarantees, for the owner (spec surveys.md "Privacy caveat for IC" for the IC label)."""
+    eps = "—" if epsilon is None else format(Decimal(epsilon).normalize(), "f")
+    survey = mechanism in SURVEY_MECHANISMS
+    if guarantee == G.PER_REPORT:
+        return (f"per-report ε = {eps} assuming respondents cannot see each other's cards or answers "
+                f"(non-collusion); only the aggregate was sold")
+    if guarantee == G.ULDP:
+        return (f"ε-ULDP at ε = {eps}: sensitive or tagged answers are protected at ε, other answers may be "
+                f"revealed; one-shot, adds ε {eps}")
+    if guarantee == G.LDP and survey:
+        return f"ε-LDP at ε = {eps} for your answer; only the aggregate was sold; adds ε {eps}"
+    if guarantee == G.LDP:
+        return f"ε-LDP at ε = {eps}; one-shot, adds ε {eps}"
+    return "ε-LDP from your chain: counts only above the highest ε already sold"
+
+
+def describe_raw(attribute: Attribute, raw: str | None) -> str | None:
+    """The owner's raw value as a person reads it: edges and distributions listed by name, others as they are."""
+    if raw is None or attribute.kind not in (Attribute.Kind.GRAPH, Attribute.Kind.DISTRIBUTION):
+        return raw
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    names = labels_of(attribute)
+    if isinstance(data, list) and len(data) == len(names):
+        data = dict(zip(names, data))
+    if not isinstance(data, dict):
+        return raw
+    index = {n: i for i, n in enumerate(names)}
+    items = sorted(data.items(), key=lambda kv: index.get(kv[0], len(names)))
+    parts = []
+    for name, v in items:
+        if v is None:
+            continue
+        try:
+            d = Decimal(str(v))
+        except ArithmeticError:
+            return raw
+        if attribute.kind == Attribute.Kind.GRAPH:
+            item = name if attribute.labels else f"item {name}"
+            parts.append(f"{item}: {'+' if d > 0 else '−' if d < 0 else ''}{_short(abs(d))}")
+        elif d != 0:
+            parts.append(f"{name}: {_short(d)}")
+    if not parts:
+        return "no edges" if attribute.kind == Attribute.Kind.GRAPH else raw
+    return " · ".join(parts)
+
+
+def _short(d: Decimal) -> str:
+    """A number with at most 4 significant digits, without trailing zeros (0.333333333333 -> 0.3333)."""
+    text = f"{float(d):.4g}"
+    return text if "e" not in text else format(d.normalize(), "f")
 
 
 def open_raw(value: Value) -> str | None:
@@ -54,6 +169,9 @@ class Event:
     epsilon: Decimal | None = None
     purchase_id: int | None = None
     schedule: dict | None = None
+    chain_loss: Decimal = Decimal(0)
+    oneshot_loss: Decimal = Decimal(0)
+    guarantee: str = ""
 
     @property
     def label(self) -> str:
@@ -67,26 +185,61 @@ class ValueRow:
     value: Value
     budget: BudgetAccount
     raw: str | None
-    head: Decimal
+    head: Decimal  # 0 for a one-shot value: it has no chain (``is_oneshot``)
     length: int
     releases: int = 0
     earned: Decimal = ZERO_MONEY
     events: list[Event] = field(default_factory=list)
+    pum_tag: str | None = None  # the owner's PUM tag (uRR/uRAP values; for the owner's own eyes only)
 
     @property
     def attribute(self) -> Attribute:
         return self.value.attribute
 
     @property
+    def is_oneshot(self) -> bool:
+        return self.value.attribute.is_oneshot
+
+    @property
+    def raw_display(self) -> str | None:
+        return describe_raw(self.value.attribute, self.raw)
+
+    @property
+    def mechanism_name(self) -> str:
+        return mechanism_name(self.value.attribute.mechanism)
+
+    @property
+    def takes_pum_tag(self) -> bool:
+        """A uRR/uRAP value whose attribute offers tags, and whose raw value is still there to tag."""
+        a = self.value.attribute
+        return a.mechanism in PUM_MECHANISMS and bool(a.pum_tags) and not self.raw_deleted
+
+    @property
     def loss(self) -> Decimal:
         return self.budget.loss
 
     @property
+    def split(self) -> bool:
+        """Whether the loss is shown as chain and one-shot parts (one-shot values, or any one-shot spending)."""
+        return self.is_oneshot or self.budget.oneshot_loss > 0
+
+    def _share(self, amount: Decimal) -> int:
+        if self.budget.ceiling <= 0:
+            return 100 if amount > 0 else 0
+        return int(min(100, amount * 100 / self.budget.ceiling))
+
+    @property
     def percent(self) -> int:
         """Share of the ceiling spent, in whole percent (100 when the ceiling is 0)."""
-        if self.budget.ceiling <= 0:
-            return 100 if self.loss > 0 else 0
-        return int(min(100, self.loss * 100 / self.budget.ceiling))
+        return self._share(self.loss)
+
+    @property
+    def chain_percent(self) -> int:
+        return self._share(self.budget.chain_loss)
+
+    @property
+    def oneshot_percent(self) -> int:
+        return self._share(self.budget.oneshot_loss)
 
     @property
     def meter_high(self) -> Decimal:
@@ -106,21 +259,24 @@ def _values(owner: User):
 
 
 def _row(value: Value) -> ValueRow:
-    return ValueRow(value=value, budget=value.budget, raw=open_raw(value), head=value.chain.head,
-                    length=value.chain.length)
+    """A dashboard row; values of one-shot attributes have no chain (head 0, no steps)."""
+    chain = getattr(value, "chain", None) if not value.attribute.is_oneshot else None
+    return ValueRow(value=value, budget=value.budget, raw=open_raw(value),
+                    head=chain.head if chain is not None else Decimal(0), length=chain.length if chain else 0)
 
 
 def _events(value_ids) -> dict[int, list[Event]]:
     rows = (LedgerEntry.objects.filter(value_id__in=list(value_ids)).order_by("value_id", "id")
             .values_list("id", "value_id", "kind", "created_at", "ceiling", "chain_loss_after", "oneshot_loss_after",
                          "epsilon", "purchase_id", "schedule_start", "schedule_cap", "schedule_start_at",
-                         "schedule_end_at", "schedule_shape", "schedule_steps"))
+                         "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee"))
     out: dict[int, list[Event]] = defaultdict(list)
-    for (i, v, kind, at, ceiling, chain, oneshot, eps, purchase, s, c, sa, ea, shape, steps) in rows:
+    for (i, v, kind, at, ceiling, chain, oneshot, eps, purchase, s, c, sa, ea, shape, steps, guarantee) in rows:
         schedule = ({"start": s, "cap": c, "start_at": sa, "end_at": ea, "shape": shape, "steps": steps}
                     if kind == LedgerEntry.Kind.SCHEDULE and shape else None)
         out[v].append(Event(id=i, kind=kind, at=at, ceiling=ceiling, loss=chain + oneshot, epsilon=eps,
-                            purchase_id=purchase, schedule=schedule))
+                            purchase_id=purchase, schedule=schedule, chain_loss=chain, oneshot_loss=oneshot,
+                            guarantee=guarantee))
     return out
 
 
@@ -164,9 +320,12 @@ def owner_value(owner: User, value_id: int) -> Value:
     return value
 
 
-def owner_value_row(owner: User, value_id: int) -> ValueRow:
+def owner_value_row(owner: User, value_id: int, *, with_tag: bool = False) -> ValueRow:
+    """The owner's value ``value_id`` with its history; ``with_tag`` also opens its PUM tag (uRR/uRAP)."""
     value = owner_value(owner, value_id)
     row = _row(value)
+    if with_tag and row.takes_pum_tag:
+        row.pum_tag = pum_tag(owner, value.id)
     row.events = _events([value.id]).get(value.id, [])
     row.releases = sum(1 for e in row.events if e.kind in RELEASE_KINDS)
     row.earned = _earned_by_attribute(owner).get(value.attribute_id, ZERO_MONEY)
@@ -187,6 +346,41 @@ class Release:
     earned: Decimal
     purchase_id: int | None
     one_shot: bool
+    mechanism: str = Purchase.Mechanism.GRADUAL_RR
+    guarantee: str = ""
+    parameters: dict = field(default_factory=dict)
+
+    @property
+    def is_survey(self) -> bool:
+        return self.mechanism in SURVEY_MECHANISMS
+
+    @property
+    def mechanism_name(self) -> str:
+        name = mechanism_name(self.mechanism)
+        p = self.parameters or {}
+        if self.mechanism == Purchase.Mechanism.RR3 and p.get("family") == "rr3_ddagger":
+            name += f" — RR3‡ with ε1 = {_plain(p.get('eps1'))}, ε2 = {_plain(p.get('eps2'))}"
+        elif self.mechanism == Purchase.Mechanism.RR3 and p.get("family") == "ewrr3":
+            name += " — EWRR3"
+        elif self.mechanism == Purchase.Mechanism.LPP and "eps1" in p:
+            name += f" with ε1 = {_plain(p.get('eps1'))}, ε2 = {_plain(p.get('eps2'))}"
+        return name
+
+    @property
+    def guarantee_label(self) -> str:
+        return guarantee_words(self.guarantee, self.mechanism, self.epsilon)
+
+    @property
+    def guarantee_code(self) -> str:
+        """The ledger's guarantee (``ldp``, ``uldp``, ``per_report_non_collusion``; ``chain`` for chain releases)."""
+        return self.guarantee or ("chain" if not self.one_shot else "")
+
+
+def _plain(text) -> str:
+    try:
+        return format(Decimal(str(text)).normalize(), "f")
+    except ArithmeticError:
+        return str(text)
 
 
 def _release_rows(owner: User, value_id: int | None = None):
@@ -196,7 +390,8 @@ def _release_rows(owner: User, value_id: int | None = None):
     # Only the buyer's organisation is read: never their username or e-mail.
     return qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name",
-        "purchase__buyer__organisation", "epsilon", "chain_loss_after", "oneshot_loss_after", "purchase_id", "kind")
+        "purchase__buyer__organisation", "epsilon", "chain_loss_after", "oneshot_loss_after", "purchase_id", "kind",
+        "guarantee", "purchase__mechanism", "purchase__parameters")
 
 
 def _with_earnings(owner: User, rows) -> list[Release]:
@@ -209,8 +404,9 @@ def _with_earnings(owner: User, rows) -> list[Release]:
     earned = {p: _money(t) for p, t in earned.items()}
     return [Release(at=at, value_id=v, dataset=ds, attribute=attr, organisation=org or NO_ORGANISATION,
                     epsilon=eps, loss_after=chain + oneshot, earned=earned.get(p, ZERO_MONEY), purchase_id=p,
-                    one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE)
-            for at, v, ds, attr, org, eps, chain, oneshot, p, kind in rows]
+                    one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE, guarantee=guarantee or "",
+                    mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {})
+            for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params in rows]
 
 
 def releases(owner: User, *, value_id: int | None = None, limit: int | None = None) -> list[Release]:
@@ -223,6 +419,70 @@ def release_page(owner: User, page: str | int | None, *, per_page: int = 50):
     paginator = Paginator(_release_rows(owner), per_page)
     page_obj = paginator.get_page(page)
     return page_obj, _with_earnings(owner, page_obj.object_list)
+
+
+@dataclass
+class OneShotRelease:
+    """A one-shot release or survey answer of one of the owner's values, as the owner should see it."""
+
+    at: datetime
+    value_id: int
+    dataset: str
+    attribute: str
+    mechanism: str
+    mechanism_label: str
+    epsilon: Decimal  # the exact epsilon charged (added to the value's one-shot loss)
+    guarantee: str
+    guarantee_label: str  # e.g. "per-report eps, non-collusion assumption" for improved Christofides
+    organisation: str
+    purchase_id: int | None
+    survey: bool
+    earned: Decimal
+
+
+def oneshot_releases(owner: User, *, value_id: int | None = None, limit: int | None = None) -> list[OneShotRelease]:
+    """The owner's one-shot releases and survey answers, newest first: mechanism, charged epsilon, guarantee
+    (with its label: improved Christofides is shown as per-report eps under a non-collusion assumption),
+    buyer organisation (never the buyer's username), date, and what the owner earned from that purchase."""
+    from market.models import SURVEY_MECHANISMS, Purchase
+    from market.oneshot import guarantee_label
+
+    qs = LedgerEntry.objects.filter(value__owner=owner, kind=LedgerEntry.Kind.ONESHOT_RELEASE)
+    if value_id is not None:
+        qs = qs.filter(value_id=value_id)
+    rows = list(qs.order_by("-created_at", "-id").values_list(
+        "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name", "purchase__mechanism",
+        "epsilon", "guarantee", "purchase__buyer__organisation", "purchase_id")[:limit])
+    purchase_ids = {r[8] for r in rows if r[8] is not None}
+    earned = dict(MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                            purchase_id__in=purchase_ids)
+                  .values("purchase_id").annotate(total=Sum("amount")).order_by()
+                  .values_list("purchase_id", "total"))
+    labels = dict(Purchase.Mechanism.choices)
+    return [OneShotRelease(at=at, value_id=v, dataset=ds, attribute=attr, mechanism=mech or "",
+                           mechanism_label=labels.get(mech, mech or ""), epsilon=eps, guarantee=g,
+                           guarantee_label=guarantee_label(g), organisation=org or NO_ORGANISATION, purchase_id=p,
+                           survey=mech in SURVEY_MECHANISMS, earned=_money(earned.get(p, ZERO_MONEY)))
+            for at, v, ds, attr, mech, eps, g, org, p in rows]
+
+
+def pum_tag(owner: User, value_id: int) -> str | None:
+    """The owner's personal sensitivity tag (PUM) of a uRR/uRAP value, opened for the owner's own eyes: the tag
+    name, or ``None`` when untagged, deleted or not a uRR/uRAP value.  ``Http404`` for another owner's value."""
+    from market import domain
+
+    value = owner_value(owner, value_id)
+    attribute = value.attribute
+    sealed = Value.objects.filter(id=value.id).values_list("input_sealed", flat=True).get()
+    if attribute.mechanism not in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP) or sealed is None:
+        return None
+    try:
+        payload = sealing.open_inputs([bytes(sealed)], [value.owner_id], [attribute.id],
+                                      domain.payload_bytes(attribute))
+    except sealing.SealBroken:
+        return None
+    code = int(domain.pum_tags_of(payload)[0])
+    return attribute.pum_tags[code] if 0 <= code < len(attribute.pum_tags) else None
 
 
 def release_count(owner: User) -> int:
@@ -247,6 +507,20 @@ class Offer:
     @property
     def labels(self) -> list[str]:
         return labels_of(self.attribute)
+
+    @property
+    def labels_text(self) -> str:
+        """The labels (item names) in a line: the first ten, then how many more."""
+        labels = self.labels
+        if self.attribute.kind == Attribute.Kind.GRAPH and not self.attribute.labels:
+            return f"{len(labels)} items, numbered 0 to {len(labels) - 1}"
+        if len(labels) <= 10:
+            return ", ".join(labels)
+        return ", ".join(labels[:10]) + f" and {len(labels) - 10} more"
+
+    @property
+    def mechanism_name(self) -> str:
+        return mechanism_name(self.attribute.mechanism)
 
 
 def attributes_offered(owner: User) -> list[tuple[str, str, list[Offer]]]:
@@ -294,7 +568,9 @@ def export(owner: User) -> dict:
             "dataset": v.attribute.dataset.title,
             "attribute": v.attribute.name,
             "kind": v.attribute.kind,
+            "mechanism": v.attribute.mechanism,
             "raw_value": row.raw,
+            **({"pum_tag": pum_tag(owner, v.id)} if row.takes_pum_tag else {}),
             "raw_deleted_at": _t(v.raw_deleted_at),
             "contributed_at": _t(v.created_at),
             "cohort": v.cohort,
@@ -305,13 +581,16 @@ def export(owner: User) -> dict:
                               "start_at": _t(b.schedule_start_at), "end_at": _t(b.schedule_end_at),
                               "shape": b.schedule_shape, "steps": b.schedule_steps} if b.scheduled else None),
             },
-            "chain": {"head": _s(row.head), "length": row.length},
+            "chain": None if row.is_oneshot else {"head": _s(row.head), "length": row.length},
             "earned": _s(row.earned),
             "releases": [{"at": _t(r.at), "organisation": r.organisation, "epsilon": _s(r.epsilon),
                           "loss_after": _s(r.loss_after), "earned": _s(r.earned), "purchase": r.purchase_id,
-                          "one_shot": r.one_shot} for r in by_value[v.id]],
+                          "one_shot": r.one_shot, "mechanism": r.mechanism, "guarantee": r.guarantee,
+                          "guarantee_label": r.guarantee_label} for r in by_value[v.id]],
             "history": [{"at": _t(e.at), "event": e.kind, "ceiling": _s(e.ceiling), "loss": _s(e.loss),
-                         "epsilon": _s(e.epsilon)} for e in row.events],
+                         "chain_loss": _s(e.chain_loss), "oneshot_loss": _s(e.oneshot_loss),
+                         "epsilon": _s(e.epsilon), **({"guarantee": e.guarantee} if e.guarantee else {})}
+                        for e in row.events],
         })
     return {
         "format": "ldpmarket-owner-export/1",

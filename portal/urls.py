@@ -18,6 +18,7 @@ urlpatterns = [
     path("values/<int:value_id>/pause/", views.pause, name="pause"),
     path("values/<int:value_id>/resume/", views.resume, name="resume"),
     path("values/<int:value_id>/delete-raw/", views.delete_raw, name="delete-raw"),
+    path("values/<int:value_id>/sensitivity-tag/", views.pum_tag, name="pum-tag"),
     path("releases/", views.releases, name="releases"),
     path("export/", views.export, name="export"),
 ]

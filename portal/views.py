@@ -27,10 +27,10 @@ from accounts.epsilon import EpsilonError
 from accounts.models import User
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.domain import InvalidValue
-from market.services import value_create, value_delete_raw
+from market.services import value_create, value_delete_raw, value_set_pum_tag
 
 from . import charts, selectors
-from .forms import CeilingForm, ContributeForm, ScheduleForm, SignInForm, SignUpForm
+from .forms import CeilingForm, ContributeForm, PumTagForm, ScheduleForm, SignInForm, SignUpForm
 from .services import user_signup
 
 
@@ -68,7 +68,9 @@ def plain(message) -> str:
 
 def _chart(row: selectors.ValueRow, uid: str, **size):
     b = row.budget
-    desc = (f"Ceiling now ε {charts._eps(b.ceiling)}; privacy spent ε {charts._eps(row.loss)} "
+    parts = (f" (chain ε {charts._eps(b.chain_loss)}, one-shot ε {charts._eps(b.oneshot_loss)})"
+             if b.oneshot_loss > 0 else "")
+    desc = (f"Ceiling now ε {charts._eps(b.ceiling)}; privacy spent ε {charts._eps(row.loss)}{parts} "
             f"after {row.releases} release{'s' if row.releases != 1 else ''}.")
     return charts.ceiling_loss_svg(row.events, uid=uid, description=desc, **size)
 
@@ -129,12 +131,25 @@ def dashboard(request):
 @owned_value
 @require_http_methods(["GET"])
 def value_detail(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id)
+    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    tag_form = (PumTagForm(attribute=row.attribute, initial={"tag": row.pum_tag or ""}, auto_id="pum_%s")
+                if row.takes_pum_tag else None)
     return render(request, "portal/value_detail.html", {
         "row": row, "value": row.value, "budget": row.budget, "chart": _chart(row, "value-chart"),
         "releases": selectors.releases(request.user, value_id=value_id),
-        "history": list(reversed(row.events)),
+        "history": list(reversed(row.events)), "tag_form": tag_form, **_explanations(row.attribute),
     })
+
+
+def _explanations(attribute) -> dict:
+    """What the contribute and value pages say about how a value of ``attribute`` is sold and what it costs."""
+    return {
+        "mechanism_name": selectors.mechanism_name(attribute.mechanism),
+        "mechanism_explained": selectors.MECHANISM_EXPLAINED.get(attribute.mechanism, ""),
+        "cost_explained": selectors.ONESHOT_COST if attribute.is_oneshot else selectors.CHAIN_COST,
+        "survey_note": selectors.SURVEY_NOTE if attribute.kind == attribute.Kind.BINARY else "",
+        "ceiling_note": selectors.CEILING_NOTE,
+    }
 
 
 @owner_required
@@ -161,8 +176,9 @@ def contribute(request, attribute_id: int):
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         policy = ({"ceiling": data["ceiling"]} if data["policy"] == "fixed" else {"schedule": data["schedule"]})
+        raw = data["raw"] if isinstance(data["raw"], dict) else str(data["raw"])  # graph, distribution: by name
         try:
-            value = value_create(owner=request.user, attribute=attribute, raw=str(data["raw"]), **policy)
+            value = value_create(owner=request.user, attribute=attribute, raw=raw, **policy)
         except InvalidValue as exc:
             form.add_error("raw", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
         except (BudgetError, EpsilonError) as exc:
@@ -177,7 +193,7 @@ def contribute(request, attribute_id: int):
     already = next((o.contributed_value_id for _, _, offers in existing for o in offers
                     if o.attribute.id == attribute.id), None)
     return render(request, "portal/contribute_form.html", {"form": form, "attribute": attribute,
-                                                           "already": already})
+                                                           "already": already, **_explanations(attribute)})
 
 
 # -------------------------------------------------------------------------------------------------- budgets
@@ -252,13 +268,47 @@ def resume(request, value_id: int):
 @owned_value
 @require_http_methods(["GET", "POST"])
 def delete_raw(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id)
+    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
     if request.method == "POST":
         value_delete_raw(value_id=row.value.id)
-        messages.success(request, f"Your raw value was deleted. The chain stays sellable up to its head "
-                                  f"(ε {row.head.normalize():f}) and can no longer grow.")
+        if row.is_oneshot:
+            messages.success(request, "Your raw value was deleted. It can no longer be sold: every one-shot "
+                                      "release needs it. What was already sold stays recorded.")
+        else:
+            messages.success(request, f"Your raw value was deleted. The chain stays sellable up to its head "
+                                      f"(ε {row.head.normalize():f}) and can no longer grow.")
         return redirect("portal:value", value_id=row.value.id)
     return render(request, "portal/delete_raw_confirm.html", {"row": row, "value": row.value})
+
+
+# ------------------------------------------------------------------------------------------------- PUM tags
+
+@owner_required
+@owned_value
+@require_http_methods(["GET", "POST"])
+def pum_tag(request, value_id: int):
+    """Tag a uRR/uRAP value as personally sensitive (PUM), or remove the tag: sealed, released only as ⊥tag."""
+    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    if not row.takes_pum_tag:
+        raise Http404("This value cannot be tagged.")
+    form = PumTagForm(request.POST if request.method == "POST" else None, attribute=row.attribute,
+                      initial={"tag": row.pum_tag or ""}, auto_id="pum_%s")
+    if request.method == "POST" and form.is_valid():
+        tag = form.cleaned_data["tag"] or None
+        try:
+            value_set_pum_tag(value_id=row.value.id, tag=tag, owner=request.user)
+        except BudgetError as exc:
+            form.add_error("tag", plain(exc))
+        else:
+            if tag:
+                messages.success(request, f"Your answer is tagged as personally sensitive (“{tag}”). From now on "
+                                          f"every release sends the protected symbol ⊥{tag} through the "
+                                          f"mechanism instead of your answer.")
+            else:
+                messages.success(request, "The tag is removed: your answer is released through the mechanism "
+                                          "like any other.")
+            return redirect("portal:value", value_id=row.value.id)
+    return render(request, "portal/pum_tag_form.html", {"form": form, "row": row, "value": row.value})
 
 
 # --------------------------------------------------------------------------------------------------- export

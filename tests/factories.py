@@ -98,6 +98,39 @@ class StringAttributeFactory(AttributeFactory):
     num_cohorts = 4
 
 
+class UrrAttributeFactory(AttributeFactory):
+    """Categorical under uRR: labels a..e, sensitive {a, b}, two PUM tags (a one-shot attribute)."""
+
+    mechanism = Attribute.Mechanism.URR
+    labels = factory.LazyFunction(lambda: ["a", "b", "c", "d", "e"])
+    sensitive = factory.LazyFunction(lambda: ["a", "b"])
+    pum_tags = factory.LazyFunction(lambda: ["home", "work"])
+
+
+class UrapAttributeFactory(UrrAttributeFactory):
+    mechanism = Attribute.Mechanism.URAP
+
+
+class TernaryAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.TERNARY
+    mechanism = Attribute.Mechanism.RR3
+    labels = factory.LazyFunction(lambda: ["none", "plus", "minus"])
+
+
+class GraphAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.GRAPH
+    mechanism = Attribute.Mechanism.LPP
+    labels = factory.LazyFunction(list)
+    num_items = 4
+
+
+class DistributionAttributeFactory(AttributeFactory):
+    kind = Attribute.Kind.DISTRIBUTION
+    mechanism = Attribute.Mechanism.PRIVATE_SAMPLE
+    labels = factory.LazyFunction(lambda: ["x", "y", "z"])
+    prior = factory.LazyFunction(lambda: [0.2, 0.3, 0.5])
+
+
 def make_owners(n: int, prefix: str = "bulk-owner") -> list[User]:
     """``n`` owners in one bulk INSERT (no password hashing); returned with their ids."""
     users = User.objects.bulk_create(

@@ -22,6 +22,8 @@ from market.models import Attribute, Chain, Dataset, Value
 pytestmark = pytest.mark.django_db
 
 BINARY = {"0": 400, "1": 600}
+ONESHOT_DEMOS = {"Places visited (utility-optimized LDP)": 200, "Opinions (three states)": 150,
+                 "Film ratings (bipartite graph)": 120, "Listening habits (distributions)": 100}
 CATEGORICAL = {"1": 100, "2": 200, "3": 300, "4": 400, "5": 500}
 
 
@@ -130,7 +132,8 @@ def test_budgets_chains_and_ledger_for_every_value():
 
     # one ledger entry per value recording its policy, nothing released
     kinds = Counter(LedgerEntry.objects.values_list("value__attribute__dataset__title", "kind"))
-    assert kinds == {("Binary experiment", "ceiling"): 1000, ("Categorical experiment", "schedule"): 1500}
+    assert kinds == {("Binary experiment", "ceiling"): 1000, ("Categorical experiment", "schedule"): 1500,
+                     **{(title, "ceiling"): n for title, n in ONESHOT_DEMOS.items()}}
 
 
 def test_idempotent():
@@ -139,7 +142,7 @@ def test_idempotent():
     second = load()
     assert snapshot() == counts
     assert second == first
-    assert counts["Value"] == 2500 and counts["Dataset"] == 2
+    assert counts["Value"] == 2500 + sum(ONESHOT_DEMOS.values()) and counts["Dataset"] == 2 + len(ONESHOT_DEMOS)
     for needle in ("Binary experiment", "Categorical experiment", "0: 400, 1: 600",
                    "1: 100, 2: 200, 3: 300, 4: 400, 5: 500", "demo-buyer / demo-buyer-password",
                    "demo-owner / demo-owner-password", "http://127.0.0.1:8000/admin/", "/api/v1/", "/portal/"):
@@ -189,3 +192,36 @@ def test_the_demo_buyer_can_buy_along_the_papers_path():
     assert credit == Decimal("1000") - paid
     losses = set(BudgetAccount.objects.filter(value__attribute=binary).values_list("chain_loss", flat=True))
     assert len(losses) == 1 and Decimal("0.98") < losses.pop() < Decimal("1")
+
+
+def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
+    """Each one-shot demo attribute is configured, has no chains, and sells through the one-shot path; a survey
+    of the binary experiment charges its exact epsilon; the audit passes afterwards."""
+    from accounts.audit import audit_budgets
+    from market import oneshot
+
+    text = load()
+    buyer = User.objects.get(username="demo-buyer")
+    requests = {"Places visited (utility-optimized LDP)": {"epsilon": "1"},
+                "Opinions (three states)": {"eps1": "1", "eps2": "1"},
+                "Film ratings (bipartite graph)": {"eps1": "1", "eps2": "2"},
+                "Listening habits (distributions)": {"epsilon": "2"}}
+    for title, n in ONESHOT_DEMOS.items():
+        assert title in text
+        attr = Attribute.objects.get(dataset__title=title)
+        assert attr.is_oneshot and attr.values.count() == n
+        assert not Chain.objects.filter(value__attribute=attr).exists()
+        spec = oneshot.parse_spec(attr, **requests[title])
+        purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attr, spec=spec, cohort=None,
+                                            idempotency_key=f"demo-{attr.id}")
+        purchase = oneshot.oneshot_execute(purchase_id=purchase.id, rng=np.random.default_rng(attr.id))
+        assert (purchase.status, purchase.included) == ("completed", n)
+    spec = oneshot.parse_spec(attribute("Binary experiment"), epsilon="0.5", mechanism="warner")
+    survey, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute("Binary experiment"), spec=spec, cohort=None,
+                                      idempotency_key="demo-survey")
+    survey = oneshot.oneshot_execute(purchase_id=survey.id, rng=np.random.default_rng(0))
+    assert survey.included == 1000 and abs(survey.result["estimate"] - 0.6) < 4 * survey.result["standard_error"]
+    assert set(BudgetAccount.objects.filter(value__attribute__dataset__title="Binary experiment")
+               .values_list("oneshot_loss", flat=True)) == {Decimal("0.5")}
+    report = audit_budgets()
+    assert report.ok, report.as_text()

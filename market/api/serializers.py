@@ -15,7 +15,9 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
-from market.models import Attribute, Purchase
+from accounts.models import LedgerEntry
+from market import oneshot
+from market.models import SURVEY_MECHANISMS, Attribute, Purchase
 
 BIGINT_MAX = 2 ** 63 - 1
 COHORT_MAX = 32767
@@ -44,6 +46,34 @@ class EpsilonField(serializers.Field):
 
     def to_representation(self, value):
         return str(Decimal(value).quantize(Decimal(1).scaleb(-PLACES)))
+
+
+@extend_schema_field({
+    "oneOf": [{"type": "number", "minimum": 0, "maximum": 1},
+              {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*$", "example": "0.5"}],
+    "description": f"A probability: a number in [0, 1] with at most {PLACES} decimal places, as a JSON number or "
+                   "a decimal string (the mechanism says whether 0 or 1 is allowed).",
+})
+class ProbabilityField(serializers.Field):
+    """A probability parameter (theta, pi_b, p2), exact; its range is checked with the mechanism's rules."""
+
+    default_error_messages = {"invalid": "{message}"}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (str, int, Decimal)):
+            self.fail("invalid", message="This must be a number in [0, 1].")
+        try:
+            d = Decimal(data.strip() if isinstance(data, str) else data)
+        except ArithmeticError:
+            self.fail("invalid", message="This must be a number in [0, 1].")
+        if not d.is_finite() or d < 0 or d > 1:
+            self.fail("invalid", message="This must be a number in [0, 1].")
+        if d != d.quantize(Decimal(1).scaleb(-PLACES)):
+            self.fail("invalid", message=f"This may have at most {PLACES} decimal places.")
+        return d
+
+    def to_representation(self, value):
+        return str(value)
 
 
 class AttributeIdField(serializers.PrimaryKeyRelatedField):
@@ -125,7 +155,19 @@ class AttributeSerializer(serializers.Serializer):
                                    help_text="The categories (categorical, binary); empty otherwise.")
     bounds = BoundsSerializer(allow_null=True, help_text="Numeric attributes: the values lie in [low, high].")
     bloom = BloomSerializer(allow_null=True, help_text="String attributes: the RAPPOR Bloom filter.")
-    mechanism = serializers.ChoiceField(choices=Attribute.Mechanism.choices)
+    mechanism = serializers.ChoiceField(choices=Attribute.Mechanism.choices,
+                                        help_text="gradual_rr: chains (a purchase at an epsilon). The others are "
+                                                  "one-shot: every purchase draws afresh and adds its exact epsilon "
+                                                  "to each value's loss.")
+    sensitive = serializers.ListField(child=serializers.CharField(),
+                                      help_text="uRR/uRAP: the labels protected with full epsilon-LDP; the others "
+                                                "may be revealed (utility-optimized LDP).")
+    pum_tags = serializers.ListField(child=serializers.CharField(),
+                                     help_text="uRR/uRAP: tags owners may attach to their value to have it protected "
+                                               "too; a tagged value is released as the tag's bot \"⊥tag\".")
+    num_items = serializers.IntegerField(allow_null=True, help_text="Graph attributes: the number of items.")
+    prior = serializers.ListField(child=serializers.FloatField(),
+                                  help_text="Distribution attributes: the public prior over the labels.")
     grid = GridSerializer()
     price_policy = PricePolicySerializer(allow_null=True, help_text="Null when the attribute is not for sale.")
     histogram = HistogramBucketSerializer(
@@ -156,20 +198,104 @@ def check_cohort(attrs: dict) -> dict:
     return attrs
 
 
-class PurchaseRequestSerializer(serializers.Serializer):
-    """``{attribute, epsilon, cohort?}``: the values of an attribute (optionally one RAPPOR cohort) at one epsilon."""
+def _family_field():
+    return serializers.ChoiceField(choices=[(f, f) for f in oneshot.RR3_FAMILIES], required=False,
+                                   help_text="RR3 attributes: ewrr3 (epsilon; p* = e^eps/(e^eps+2)) or rr3_ddagger "
+                                             "(eps1, eps2). Default: ewrr3, or rr3_ddagger when eps1/eps2 are given.")
 
+
+def _eps_part(name: str, what: str):
+    return EpsilonField(required=False, help_text=f"RR3‡ and LPP‡: {what}. The charged epsilon is the exact level "
+                                                  f"of (eps1, eps2), not their sum.")
+
+
+MECHANISM_PARAMETERS = ("mechanism", "family", "eps1", "eps2", "theta", "pi_b", "p2")
+
+
+def check_spec(attrs: dict, *, survey: bool = False) -> dict:
+    """Cohort, then the mechanism's parameters (``market.oneshot.parse_spec``): ``attrs["spec"]`` (None: a chain
+    purchase, which needs an epsilon)."""
+    attrs = check_cohort(attrs)
+    params = {k: attrs.get(k) for k in MECHANISM_PARAMETERS}
+    try:
+        spec = oneshot.parse_spec(attrs["attribute"], epsilon=attrs.get("epsilon"), **params)
+    except oneshot.ParameterError as exc:
+        raise serializers.ValidationError({exc.field: [str(exc)]}) from None
+    if survey and (spec is None or not spec.is_survey):  # pragma: no cover - the mechanism field is required
+        raise serializers.ValidationError({"mechanism": ["Choose a survey mechanism."]})
+    if spec is not None and spec.is_survey and not survey:
+        raise serializers.ValidationError({"mechanism": ["Surveys are commissioned with POST /api/v1/surveys/."]})
+    if spec is None and attrs.get("epsilon") is None:
+        raise serializers.ValidationError({"epsilon": ["This field is required."]})
+    attrs["spec"] = spec
+    return attrs
+
+
+class MechanismParametersMixin(serializers.Serializer):
+    """The optional parameters of one-shot mechanisms (ignored by none: a parameter that does not apply is a 400)."""
+
+    family = _family_field()
+    eps1 = _eps_part("eps1", "epsilon of reporting the state (edge or no edge)")
+    eps2 = _eps_part("eps2", "epsilon of the sign (+1 or -1)")
+    theta = ProbabilityField(required=False, help_text="uRAP: the probability of keeping the own sensitive bit, in "
+                                                       "(0, 1) (default e^(eps/2)/(e^(eps/2)+1)).")
+
+
+class _RequestBase(serializers.Serializer):
     attribute = AttributeIdField(help_text="The attribute's id (see the catalog).")
-    epsilon = EpsilonField()
     cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX,
                                       help_text="String attributes: only the values of this RAPPOR cohort.")
 
+
+class PurchaseRequestSerializer(_RequestBase):
+    """``{attribute, epsilon, cohort?}``: the values of an attribute (optionally one RAPPOR cohort) at one epsilon.
+
+    Chain attributes, and the one-shot mechanisms with one epsilon: uRR, uRAP, EWRR3 (RR3) and private samples.
+    """
+
+    epsilon = EpsilonField()
+
     def validate(self, attrs):
-        return check_cohort(attrs)
+        return check_spec(attrs)
 
 
-class QuoteRequestSerializer(PurchaseRequestSerializer):
-    pass
+class UrapRequestSerializer(PurchaseRequestSerializer):
+    """``{attribute, epsilon, theta, cohort?}``: uRAP with its own keep probability."""
+
+    theta = ProbabilityField(help_text="uRAP: the probability of keeping the own sensitive bit, in (0, 1) (default "
+                                       "e^(eps/2)/(e^(eps/2)+1)).")
+
+
+class TwoEpsilonRequestSerializer(_RequestBase):
+    """``{attribute, eps1, eps2, family?, cohort?}``: RR3‡ (RR3 attributes) and LPP‡ (graph attributes)."""
+
+    eps1 = EpsilonField(help_text="RR3‡ and LPP‡: epsilon of reporting the state (edge or no edge). The charged "
+                                  "epsilon is the exact level of (eps1, eps2), not their sum.")
+    eps2 = EpsilonField(help_text="RR3‡ and LPP‡: epsilon of the sign (+1 or -1).")
+    family = serializers.ChoiceField(choices=[("rr3_ddagger", "rr3_ddagger")], required=False,
+                                     help_text="RR3 attributes: rr3_ddagger (the default when eps1 and eps2 are "
+                                               "given; EWRR3 takes an epsilon instead).")
+
+    def validate(self, attrs):
+        return check_spec(attrs)
+
+
+class SurveyParametersMixin(serializers.Serializer):
+    pi_b = ProbabilityField(required=False, help_text="Simmons: the probability that the unrelated question is "
+                                                      "answered yes, in (0, 1).")
+    p2 = ProbabilityField(required=False, help_text="Christofides and improved Christofides: the share of middle "
+                                                    "cards (2), in [0, 1).")
+
+
+class QuoteRequestSerializer(SurveyParametersMixin, MechanismParametersMixin, _RequestBase):
+    """Validates a quote's request: a purchase's (any of its forms) or a survey's (``mechanism``)."""
+
+    epsilon = EpsilonField(required=False)
+    mechanism = serializers.ChoiceField(choices=[(m, m) for m in SURVEY_MECHANISMS], required=False,
+                                        help_text="Quote a survey of this binary attribute with this mechanism.")
+
+    def validate(self, attrs):
+        return check_spec(attrs, survey=attrs.get("mechanism") is not None)
 
 
 class ExcludedSerializer(serializers.Serializer):
@@ -183,17 +309,25 @@ class ExcludedSerializer(serializers.Serializer):
 class CategoryErrorSerializer(serializers.Serializer):
     label = serializers.CharField()
     standard_error = serializers.FloatField()
-    worst_case_standard_error = serializers.FloatField()
+    worst_case_standard_error = serializers.FloatField(allow_null=True)
 
 
 class PredictedErrorSerializer(serializers.Serializer):
     target = serializers.ChoiceField(
         choices=[("frequency", "each category's frequency"), ("mean", "the mean"),
-                 ("bit_frequency", "each Bloom bit's frequency")])
+                 ("bit_frequency", "each Bloom bit's frequency"), ("proportion", "a survey's proportion"),
+                 ("mean_distribution", "each label's share in the owners' average distribution")])
     standard_error = serializers.FloatField(
-        help_text="For a population spread uniformly over the categories (or the range).")
-    worst_case_standard_error = serializers.FloatField(help_text="The largest over every possible population.")
+        help_text="For a population spread uniformly over the categories (or the range; surveys: a proportion "
+                  "of 1/2; private samples: the largest label's, for owners distributed like the prior).")
+    worst_case_standard_error = serializers.FloatField(
+        allow_null=True, help_text="The largest over every possible population (null: no closed form).")
     per_category = CategoryErrorSerializer(many=True)
+    expected_l2 = serializers.FloatField(allow_null=True, required=False,
+                                         help_text="uRR/uRAP: the exact expected squared l2 loss of the estimate.")
+    variance = serializers.FloatField(allow_null=True, required=False, help_text="Surveys: the variance.")
+    covariance = serializers.ListField(child=serializers.ListField(child=serializers.FloatField()), allow_null=True,
+                                       required=False, help_text="RR3: the estimator's covariance matrix.")
 
 
 class QuoteSerializer(serializers.Serializer):
@@ -213,27 +347,36 @@ class QuoteSerializer(serializers.Serializer):
         allow_null=True, help_text="The estimate's standard error: from the mechanism, epsilon and count only, so "
                                    "it reveals nothing about the data.")
     expires_at = serializers.DateTimeField()
+    mechanism = serializers.ChoiceField(choices=Purchase.Mechanism.choices)
+    charged_epsilon = epsilon_out(allow_null=True, help_text="One-shot and surveys: the exact epsilon each included "
+                                                             "value would be charged (rounded up to 6 places).")
+    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices)
+    guarantee_label = serializers.CharField()
+    parameters = serializers.DictField(child=serializers.CharField())
 
 
 # ----------------------------------------------------------------------------------------------- purchases
 
-class PurchaseCreateSerializer(serializers.Serializer):
-    """Either ``{quote}`` or ``{attribute, epsilon, cohort?}``."""
+class PurchaseCreateSerializer(MechanismParametersMixin):
+    """Either ``{quote}`` or ``{attribute, epsilon, cohort?}`` (plus a one-shot mechanism's parameters)."""
 
     quote = serializers.CharField(required=False, max_length=4000, help_text="A quote from POST /api/v1/quotes/.")
     attribute = AttributeIdField(required=False)
     epsilon = EpsilonField(required=False)
     cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
+    request_fields = ("attribute", "epsilon", "family", "eps1", "eps2", "theta")
+    survey = False
 
     def validate(self, attrs):
         if "quote" in attrs:
-            if {"attribute", "epsilon"} & attrs.keys() or attrs.get("cohort") is not None:
-                raise serializers.ValidationError("Give either a quote or attribute and epsilon, not both.")
+            if set(self.request_fields) & attrs.keys() or attrs.get("cohort") is not None:
+                raise serializers.ValidationError("Give either a quote or the request's fields, not both.")
             return attrs
-        missing = [f for f in ("attribute", "epsilon") if f not in attrs]
-        if missing:
-            raise serializers.ValidationError({f: ["This field is required (or give a quote)."] for f in missing})
-        return check_cohort(attrs)
+        if "attribute" not in attrs:
+            raise serializers.ValidationError({"attribute": ["This field is required (or give a quote)."]})
+        if self.survey and attrs.get("mechanism") is None:
+            raise serializers.ValidationError({"mechanism": ["This field is required (or give a quote)."]})
+        return check_spec(attrs, survey=self.survey)
 
 
 class PurchaseFromQuoteSerializer(serializers.Serializer):
@@ -242,9 +385,48 @@ class PurchaseFromQuoteSerializer(serializers.Serializer):
     quote = serializers.CharField(max_length=4000, help_text="A quote from POST /api/v1/quotes/.")
 
 
-#: The purchase request as documented: a quote, or attribute and epsilon (``PurchaseCreateSerializer`` validates).
+#: The purchase request as documented: a quote, or attribute and epsilon (or the one-shot forms);
+#: ``PurchaseCreateSerializer`` validates.
 PURCHASE_CREATE_REQUEST = PolymorphicProxySerializer(
-    component_name="PurchaseCreateRequest", serializers=[PurchaseRequestSerializer, PurchaseFromQuoteSerializer],
+    component_name="PurchaseCreateRequest",
+    serializers=[PurchaseRequestSerializer, UrapRequestSerializer, TwoEpsilonRequestSerializer,
+                 PurchaseFromQuoteSerializer],
+    resource_type_field_name=None, many=False)
+
+
+class SurveyRequestSerializer(SurveyParametersMixin):
+    """``{attribute, mechanism, epsilon, cohort?, pi_b?, p2?}``: one yes/no question to every eligible owner."""
+
+    attribute = AttributeIdField(help_text="A binary attribute: x = 1 (its second label) means member of the "
+                                           "sensitive group.")
+    mechanism = serializers.ChoiceField(choices=[(m, m) for m in SURVEY_MECHANISMS],
+                                        help_text="The randomizing device. improved_christofides carries a distinct "
+                                                  "guarantee: per-report epsilon under a non-collusion assumption.")
+    epsilon = EpsilonField(help_text="Each answer's epsilon (improved Christofides: the target; the deck dealt "
+                                     "may realise less, which is what is charged).")
+    cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
+
+    def validate(self, attrs):
+        return check_spec(attrs, survey=True)
+
+
+class SurveyCreateSerializer(SurveyParametersMixin, PurchaseCreateSerializer):
+    """Either ``{quote}`` (a survey quote) or the survey's fields."""
+
+    mechanism = serializers.ChoiceField(choices=[(m, m) for m in SURVEY_MECHANISMS], required=False)
+    request_fields = ("attribute", "epsilon", "mechanism", "pi_b", "p2", "family", "eps1", "eps2", "theta")
+    survey = True
+
+
+#: A quote's request as documented (``QuoteRequestSerializer`` validates).
+QUOTE_REQUEST = PolymorphicProxySerializer(
+    component_name="QuoteRequest",
+    serializers=[PurchaseRequestSerializer, UrapRequestSerializer, TwoEpsilonRequestSerializer,
+                 SurveyRequestSerializer],
+    resource_type_field_name=None, many=False)
+
+SURVEY_CREATE_REQUEST = PolymorphicProxySerializer(
+    component_name="SurveyCreateRequest", serializers=[SurveyRequestSerializer, PurchaseFromQuoteSerializer],
     resource_type_field_name=None, many=False)
 
 
@@ -255,7 +437,14 @@ class ProgressSerializer(serializers.Serializer):
 
 class PurchaseSerializer(serializers.ModelSerializer):
     dataset = serializers.IntegerField(source="attribute.dataset_id", read_only=True)
-    epsilon = epsilon_out()
+    epsilon = epsilon_out(help_text="The epsilon asked for (RR3‡, LPP‡: the exact level of eps1 and eps2).")
+    mechanism = serializers.ChoiceField(choices=Purchase.Mechanism.choices, read_only=True)
+    parameters = serializers.DictField(read_only=True, help_text="The mechanism's parameters (one-shot and surveys).")
+    charged_epsilon = epsilon_out(allow_null=True, help_text="One-shot: the exact epsilon charged to each released "
+                                                             "value, rounded up to 6 places; null for chain "
+                                                             "purchases (their loss is the highest epsilon sold).")
+    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices, read_only=True)
+    guarantee_label = serializers.SerializerMethodField()
     excluded = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField(help_text="While pending or running: values processed so far.")
     outputs_url = serializers.SerializerMethodField()
@@ -263,10 +452,15 @@ class PurchaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Purchase
-        fields = ["id", "attribute", "dataset", "epsilon", "cohort", "status", "idempotency_key", "candidates",
-                  "included", "excluded", "new_points", "price", "error", "created_at", "completed_at", "progress",
-                  "outputs_url", "estimate_url"]
+        fields = ["id", "attribute", "dataset", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee",
+                  "guarantee_label", "cohort", "status", "idempotency_key", "candidates", "included", "excluded",
+                  "new_points", "price", "error", "created_at", "completed_at", "progress", "outputs_url",
+                  "estimate_url"]
         read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_guarantee_label(self, obj):
+        return oneshot.guarantee_label(obj.guarantee)
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, obj):
@@ -347,15 +541,71 @@ class BitFrequencySerializer(IntervalSerializer):
     bit = serializers.IntegerField()
 
 
+class GraphItemSerializer(serializers.Serializer):
+    item = serializers.CharField()
+    samples = serializers.IntegerField(help_text="Reports of users who sampled this item.")
+    degree = serializers.FloatField(allow_null=True, help_text="Unbiased: owners with an edge to the item.")
+    weight = serializers.FloatField(allow_null=True, help_text="Unbiased: the sum of their edges' weights.")
+    mean_weight = serializers.FloatField(allow_null=True, help_text="weight / degree (consistent only).")
+
+
+class GraphEstimateSerializer(serializers.Serializer):
+    items = GraphItemSerializer(many=True)
+    users = serializers.IntegerField()
+    total_degree = serializers.FloatField(allow_null=True)
+    total_weight = serializers.FloatField(allow_null=True)
+    vertex_pairs = serializers.IntegerField(help_text="(users + items)(users + items - 1)/2: the paper's divisor.")
+    average_degree_over_vertex_pairs = serializers.FloatField(allow_null=True)
+    average_weight_over_vertex_pairs = serializers.FloatField(allow_null=True)
+
+
 class EstimateSerializer(serializers.Serializer):
     purchase = serializers.IntegerField()
     attribute = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=Attribute.Kind.choices)
+    mechanism = serializers.ChoiceField(choices=Purchase.Mechanism.choices)
+    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices)
     n = serializers.IntegerField(help_text="Outputs the estimate uses.")
     epsilons = EpsilonGroupSerializer(many=True, help_text="How many outputs were released at each epsilon.")
     frequencies = FrequencySerializer(many=True, help_text="Categorical, binary and numeric (low/high) outputs.")
     mean = IntervalSerializer(allow_null=True, help_text="Binary: the share of the second label; numeric: the mean.")
     bits = BitFrequencySerializer(many=True, help_text="String attributes: each Bloom bit's frequency.")
+    graph = GraphEstimateSerializer(allow_null=True, help_text="LPP‡: per item degree and weight.")
+
+
+# ------------------------------------------------------------------------------------------------ surveys
+
+class SurveyResultSerializer(serializers.Serializer):
+    estimate = serializers.FloatField(help_text="Unbiased estimate of the share of respondents in the group.")
+    variance = serializers.FloatField(help_text="From the mechanism's closed form (census: N answers once).")
+    standard_error = serializers.FloatField()
+    ci95_low = serializers.FloatField()
+    ci95_high = serializers.FloatField()
+    n = serializers.IntegerField(help_text="Respondents: every eligible owner answered exactly once.")
+    variance_note = serializers.CharField()
+    mechanism = serializers.ChoiceField(choices=[(m, m) for m in SURVEY_MECHANISMS])
+    epsilon = epsilon_out(help_text="The epsilon charged for each answer.")
+    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices)
+    guarantee_label = serializers.CharField()
+
+
+class SurveySerializer(PurchaseSerializer):
+    """A survey: the aggregate only (individual answers are never stored nor shown)."""
+
+    respondents = serializers.IntegerField(source="included", read_only=True)
+    result = serializers.SerializerMethodField()
+
+    class Meta(PurchaseSerializer.Meta):
+        fields = ["id", "attribute", "dataset", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee",
+                  "guarantee_label", "cohort", "status", "idempotency_key", "candidates", "respondents", "excluded",
+                  "price", "error", "created_at", "completed_at", "progress", "result"]
+        read_only_fields = fields
+
+    @extend_schema_field(SurveyResultSerializer(allow_null=True))
+    def get_result(self, obj):
+        if obj.result is None or not self.context.get("show_result", True):
+            return None
+        return SurveyResultSerializer(obj.result).data
 
 
 # ------------------------------------------------------------------------------------------------ tokens

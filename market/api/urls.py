@@ -4,7 +4,7 @@ from rest_framework.routers import DefaultRouter
 
 from accounts.api import ObtainTokenView
 
-from .views import DatasetViewSet, PurchaseViewSet, QuoteView
+from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
 app_name = "api"
 
@@ -12,6 +12,7 @@ router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("purchases", PurchaseViewSet, basename="purchase")
+router.register("surveys", SurveyViewSet, basename="survey")
 
 urlpatterns = [
     path("auth/token/", ObtainTokenView.as_view(), name="token"),

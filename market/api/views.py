@@ -6,13 +6,17 @@ Who may do what (tested exhaustively in tests/api/test_authorization.py):
 endpoint                            buyer    owner  auditor  staff  anonymous
 =================================  =======  =====  =======  =====  =========
 GET datasets, dataset               yes      yes    yes      yes    401
-POST quotes, purchases              yes      403    403      403    401
+POST quotes, purchases, surveys     yes      403    403      403    401
 GET purchases, purchase             own      403    all      all    401
 GET purchase outputs, estimate      own      403    403      all    401
+GET surveys, survey                 own      403    all*     all    401
 =================================  =======  =====  =======  =====  =========
 
-A buyer asking for another buyer's purchase gets 404 (its existence is not
-revealed).  Auditors read purchases' bookkeeping, never the data bought.
+A buyer asking for another buyer's purchase or survey gets 404 (its existence
+is not revealed).  Auditors read purchases' and surveys' bookkeeping, never the
+data bought (*: a survey's aggregate result is hidden from them).  Surveys are
+not purchases here: ``/purchases/`` never lists or serves them, and no endpoint
+returns a survey's individual answers (none are stored).
 """
 from __future__ import annotations
 
@@ -39,11 +43,10 @@ from rest_framework.views import APIView
 
 from accounts.models import User
 from ldpmarket.api import AnonThrottle, Problem, PurchaseThrottle, QuoteThrottle, UserThrottle
-from market import selectors
-from market.models import Attribute, Dataset, Purchase
+from market import domain, oneshot, selectors
+from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
 from market.pseudonyms import pseudonyms
-from market.purchases import (IdempotencyConflict, PurchaseError, fingerprint, purchase_claim, purchase_execute,
-                              purchase_fail)
+from market.purchases import IdempotencyConflict, PurchaseError, fingerprint, purchase_claim, purchase_fail
 
 from . import serializers as s
 
@@ -90,7 +93,10 @@ class IsBuyer(permissions.IsAuthenticated):
 
 
 class PurchaseAccess(permissions.IsAuthenticated):
-    """Create: buyers.  Read bookkeeping: buyers (their own), auditors and staff.  Read data: buyers and staff."""
+    """Create: buyers.  Read bookkeeping: buyers (their own), auditors and staff.  Read data: buyers and staff.
+
+    The same rules serve surveys (their data, the aggregate, is left out of what auditors see).
+    """
 
     def has_permission(self, request, view):
         if not super().has_permission(request, view):
@@ -109,17 +115,17 @@ class PurchaseAccess(permissions.IsAuthenticated):
 # ----------------------------------------------------------------------------------------------- catalog
 
 def _attribute_payload(attribute: Attribute, histogram) -> dict:
-    from market import domain
-
     policy = selectors.price_policy_or_none(attribute)
     kind = attribute.kind
     return {
         "id": attribute.id, "name": attribute.name, "description": attribute.description, "kind": kind,
-        "labels": domain.labels_of(attribute) if kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY) else [],
+        "labels": domain.labels_of(attribute) if kind not in (Attribute.Kind.NUMERIC, Attribute.Kind.STRING) else [],
         "bounds": {"low": attribute.low, "high": attribute.high} if kind == Attribute.Kind.NUMERIC else None,
         "bloom": ({"num_bits": attribute.num_bits, "num_hashes": attribute.num_hashes,
                    "num_cohorts": attribute.num_cohorts} if kind == Attribute.Kind.STRING else None),
         "mechanism": attribute.mechanism,
+        "sensitive": list(attribute.sensitive), "pum_tags": list(attribute.pum_tags), "num_items": attribute.num_items,
+        "prior": [float(x) for x in attribute.prior],
         "grid": {"start": attribute.grid_start, "step": attribute.grid_step, "stop": attribute.grid_stop},
         "price_policy": None if policy is None else {
             "points": [{"epsilon": e, "price": p} for e, p in policy.points], "owner_share": policy.owner_share},
@@ -182,6 +188,8 @@ def _nothing_to_sell(q: selectors.Quote) -> Problem:
 def _quote_payload(q: selectors.Quote) -> dict:
     p = q.predicted
     return {
+        "mechanism": q.mechanism, "charged_epsilon": q.charged_epsilon, "guarantee": q.guarantee,
+        "guarantee_label": oneshot.guarantee_label(q.guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
         "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused, "withdrawn": q.excluded_withdrawn,
@@ -190,26 +198,34 @@ def _quote_payload(q: selectors.Quote) -> dict:
         "price_per_value": q.price_per_value,
         "predicted_error": None if p is None else {
             "target": p.target, "standard_error": p.standard_error,
-            "worst_case_standard_error": p.worst_case_standard_error, "per_category": p.per_category},
+            "worst_case_standard_error": p.worst_case_standard_error, "per_category": p.per_category,
+            "expected_l2": p.expected_l2, "variance": p.variance, "covariance": p.covariance},
         "expires_at": q.expires_at,
     }
 
 
+def _quote(buyer_id: int, attribute: Attribute, epsilon, cohort, spec) -> selectors.Quote:
+    """A chain purchase's quote, or a one-shot purchase's or survey's (``spec``)."""
+    policy = _policy_or_problem(attribute)
+    if spec is None:
+        return selectors.quote(buyer_id=buyer_id, attribute=attribute, epsilon=epsilon, cohort=cohort, policy=policy)
+    return selectors.oneshot_quote(buyer_id=buyer_id, attribute=attribute, spec=spec, cohort=cohort, policy=policy)
+
+
 class QuoteView(APIView):
-    """What a purchase would include and cost, and the standard error it would give."""
+    """What a purchase or survey would include, cost and charge, and the standard error it would give."""
 
     permission_classes = [IsBuyer]
     throttle_classes = [AnonThrottle, UserThrottle, QuoteThrottle]
 
-    @extend_schema(summary="Get a quote", request=s.QuoteRequestSerializer,
+    @extend_schema(summary="Get a quote (a purchase, or a survey with `mechanism`)", request=s.QUOTE_REQUEST,
                    responses={200: s.QuoteSerializer,
                               **problems(400, 401, 403, 409, 429, d409="The attribute is not for sale.")})
     def post(self, request):
         data = s.QuoteRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        attribute, epsilon, cohort = (data.validated_data[k] for k in ("attribute", "epsilon", "cohort"))
-        q = selectors.quote(buyer_id=request.user.id, attribute=attribute, epsilon=epsilon, cohort=cohort,
-                            policy=_policy_or_problem(attribute))
+        v = data.validated_data
+        q = _quote(request.user.id, v["attribute"], v.get("epsilon"), v["cohort"], v["spec"])
         if q.included == 0:
             raise _nothing_to_sell(q)
         return Response(s.QuoteSerializer(_quote_payload(q)).data)
@@ -228,10 +244,11 @@ class PurchaseFilter(filters.FilterSet):
     attribute = IntegerFilter(field_name="attribute_id", min_value=1, max_value=s.BIGINT_MAX)
     dataset = IntegerFilter(field_name="attribute__dataset_id", min_value=1, max_value=s.BIGINT_MAX)
     status = filters.ChoiceFilter(choices=Purchase.Status.choices)
+    mechanism = filters.ChoiceFilter(choices=Purchase.Mechanism.choices)
 
     class Meta:
         model = Purchase
-        fields = ["attribute", "dataset", "status"]
+        fields = ["attribute", "dataset", "status", "mechanism"]
 
 
 class CSVRenderer(renderers.BaseRenderer):
@@ -266,8 +283,13 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     permission_classes = [PurchaseAccess]
     filterset_class = PurchaseFilter
 
+    survey = False
+    create_serializer = s.PurchaseCreateSerializer
+    detail_route = "api:purchase-detail"
+
     def get_queryset(self):
         qs = Purchase.objects.select_related("attribute").order_by("-id")
+        qs = qs.filter(mechanism__in=SURVEY_MECHANISMS) if self.survey else qs.exclude(mechanism__in=SURVEY_MECHANISMS)
         user = self.request.user
         if is_staff(user) or is_auditor(user):
             return qs
@@ -298,31 +320,36 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if not KEY_RE.match(key):
             raise Problem("The Idempotency-Key must be 1 to 255 visible ASCII characters.",
                           slug="idempotency-key-invalid", title="Invalid Idempotency-Key", status=400)
-        body = s.PurchaseCreateSerializer(data=request.data)
+        body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        attribute, epsilon, cohort, quoted = self._request(body.validated_data)
+        attribute, epsilon, cohort, quoted, spec = self._request(body.validated_data)
+        digest = (fingerprint(attribute_id=attribute.id, epsilon=epsilon, cohort=cohort) if spec is None
+                  else spec.fingerprint(attribute.id, cohort))
         existing = Purchase.objects.filter(buyer_id=request.user.id, idempotency_key=key).first()
         if existing is not None:
-            if existing.request_hash != fingerprint(attribute_id=attribute.id, epsilon=epsilon, cohort=cohort):
+            if existing.request_hash != digest:
                 raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.")
             return self._replay(existing)
-        q = selectors.quote(buyer_id=request.user.id, attribute=attribute, epsilon=epsilon, cohort=cohort,
-                            policy=_policy_or_problem(attribute))
+        q = _quote(request.user.id, attribute, epsilon, cohort, spec)
         if q.included == 0:
             raise _nothing_to_sell(q)
         if quoted is not None and q.price > quoted:
             raise Problem(f"The price is now {q.price}, more than the {quoted} quoted: ask for a new quote.",
                           status=409, slug="quote-outdated", title="Quote outdated")
-        purchase, created = purchase_claim(buyer=request.user, attribute=attribute, epsilon=epsilon, cohort=cohort,
-                                           idempotency_key=key)
+        if spec is None:
+            purchase, created = purchase_claim(buyer=request.user, attribute=attribute, epsilon=epsilon,
+                                               cohort=cohort, idempotency_key=key)
+        else:
+            purchase, created = oneshot.oneshot_claim(buyer=request.user, attribute=attribute, spec=spec,
+                                                      cohort=cohort, idempotency_key=key)
         if not created:
             return self._replay(purchase)
         return self._run(purchase, q.candidates, q.included, created=True, max_price=quoted)
 
     def _request(self, data):
-        """``(attribute, epsilon, cohort, quoted price or None)`` from the body or the quote it carries."""
+        """``(attribute, epsilon, cohort, quoted price or None, spec or None)`` from the body or its quote."""
         if "quote" not in data:
-            return data["attribute"], data["epsilon"], data["cohort"], None
+            return data["attribute"], data.get("epsilon"), data["cohort"], None, data["spec"]
         buyer_id = self.request.user.id
         try:
             q = selectors.open_quote(data["quote"], buyer_id=buyer_id)
@@ -337,7 +364,19 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         attribute = Attribute.objects.select_related("dataset").filter(id=q["attribute"]).first()
         if attribute is None:
             raise drf_serializers.ValidationError({"quote": ["The quoted attribute no longer exists."]})
-        return attribute, q["epsilon"], q["cohort"], q["price"]
+        survey = q["mechanism"] in SURVEY_MECHANISMS
+        if survey != self.survey:
+            what, where = ("a survey", "/api/v1/surveys/") if survey else ("a purchase", "/api/v1/purchases/")
+            raise drf_serializers.ValidationError({"quote": [f"This quote is for {what}: send it to POST {where}."]})
+        try:
+            spec = oneshot.parse_spec(attribute, epsilon=q["epsilon"], mechanism=q["mechanism"] if survey else None,
+                                      **{k: q["parameters"].get(k) for k in oneshot.PARAMETERS})
+        except oneshot.ParameterError as exc:
+            message = f"The quoted request is no longer valid: {exc}"
+            raise drf_serializers.ValidationError({"quote": [message]}) from None
+        if spec is None and q["epsilon"] is None:
+            raise drf_serializers.ValidationError({"quote": ["The quoted attribute is no longer sold this way."]})
+        return attribute, q["epsilon"], q["cohort"], q["price"], spec
 
     def _async(self, candidates: int) -> bool:
         return candidates > settings.LDP_ASYNC_PURCHASE_THRESHOLD
@@ -355,8 +394,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         Purchase.objects.filter(id=purchase.id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
             status=Purchase.Status.RUNNING, error="")
         try:
-            purchase = purchase_execute(purchase_id=purchase.id, max_price=max_price,
-                                        progress=selectors.progress_reporter(purchase.id, total))
+            purchase = oneshot.execute(purchase_id=purchase.id, max_price=max_price,
+                                       progress=selectors.progress_reporter(purchase.id, total))
         except PurchaseError as exc:
             purchase_fail(purchase_id=purchase.id, error=str(exc))
             raise
@@ -367,15 +406,18 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if purchase.status == Purchase.Status.COMPLETED:
             return self._respond(purchase, 200)
         _policy_or_problem(purchase.attribute)  # running it again needs a valid price policy
-        candidates, total = selectors.eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
+        candidates, total = selectors.request_size(purchase)
         if purchase.status == Purchase.Status.FAILED:  # nothing was written: try again
             return self._run(purchase, candidates, total, created=False)
         if self._async(candidates):
-            if purchase.status == Purchase.Status.PENDING and not _locked(purchase.id):
+            # Pending, or "running" with nobody holding its row (a worker killed mid-way: its transaction rolled
+            # back): send it again.  The task is idempotent, so a copy still queued or redelivered later (Redis
+            # visibility timeout) finds it completed; one whose worker is just starting waits for its lock.
+            if purchase.status in (Purchase.Status.PENDING, Purchase.Status.RUNNING) and not _locked(purchase.id):
                 from market.tasks import run_purchase
 
                 pid = purchase.id
-                transaction.on_commit(lambda: run_purchase.delay(pid))  # idempotent if it is queued already
+                transaction.on_commit(lambda: run_purchase.delay(pid))
             purchase.refresh_from_db()
             return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
         if _locked(purchase.id):
@@ -385,7 +427,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     def _respond(self, purchase: Purchase, status: int):
         purchase = Purchase.objects.select_related("attribute").get(id=purchase.id)
-        headers = {"Location": reverse("api:purchase-detail", kwargs={"pk": purchase.id})}
+        headers = {"Location": reverse(self.detail_route, kwargs={"pk": purchase.id})}
         return Response(self.get_serializer(purchase).data, status=status, headers=headers)
 
     # ------------------------------------------------------------------------------------------- outputs
@@ -439,7 +481,49 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                           slug="no-outputs", title="No outputs")
         result = selectors.purchase_estimate(purchase)
         return Response(s.EstimateSerializer({"purchase": purchase.id, "attribute": purchase.attribute_id,
-                                              "kind": purchase.attribute.kind, **result}).data)
+                                              "kind": purchase.attribute.kind, "mechanism": purchase.mechanism,
+                                              "guarantee": purchase.guarantee, "graph": None, **result}).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your surveys", responses={200: s.SurveySerializer(many=True),
+                                                          **problems(400, 401, 403, 429)}),
+    retrieve=extend_schema(summary="One survey: status and the aggregate estimate",
+                           responses={200: s.SurveySerializer, **problems(401, 403, 404, 429)}),
+)
+class SurveyViewSet(PurchaseViewSet):
+    """Surveys: one yes/no question to every eligible owner of a binary attribute; the buyer gets only the aggregate.
+
+    Warner, Simmons and Christofides answers are epsilon-LDP; improved Christofides (cards dealt without
+    replacement) guarantees epsilon per report only if respondents cannot see each other's cards or answers, and is
+    recorded and shown with that distinct guarantee.  Individual answers are never stored nor returned.
+    """
+
+    serializer_class = s.SurveySerializer
+    survey = True
+    create_serializer = s.SurveyCreateSerializer
+    detail_route = "api:survey-detail"
+
+    @classmethod
+    def get_extra_actions(cls):
+        return []  # no outputs and no separate estimate: a survey releases only its aggregate, shown in the survey
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        user = self.request.user
+        context["show_result"] = not (is_auditor(user) and not is_staff(user))  # auditors: bookkeeping only
+        return context
+
+    @extend_schema(
+        summary="Commission a survey",
+        parameters=[IDEMPOTENCY_HEADER], request=s.SURVEY_CREATE_REQUEST,
+        responses={200: OpenApiResponse(s.SurveySerializer, description="A replay of a completed survey."),
+                   201: OpenApiResponse(s.SurveySerializer, description="Completed in this request."),
+                   202: OpenApiResponse(s.SurveySerializer, description="Large: running in the background; poll "
+                                                                        "the Location for status and progress."),
+                   **problems(400, 401, 402, 403, 409, 429)})
+    def create(self, request, *args, **kwargs):
+        return super().create(request, *args, **kwargs)
 
 
 def _locked(purchase_id: int) -> bool:
@@ -494,14 +578,23 @@ def _page_link(request, offset: int, size: int) -> str:
 
 
 def _outputs_as(attribute: Attribute, out: np.ndarray) -> list:
+    if attribute.mechanism == Attribute.Mechanism.LPP:  # (item, state) reports as "item:state"
+        items = np.asarray(domain.labels_of(attribute), dtype=object)
+        states = np.asarray(domain.GRAPH_STATES, dtype=object)
+        return [f"{i}:{st}" for i, st in zip(items[out[:, 0]].tolist(), states[out[:, 1]].tolist())]
     labels = selectors.output_labels(attribute)
     if labels is None:
         return out.tolist()
     return np.asarray(labels, dtype=object)[out[:, 0]].tolist()
 
 
+def _released_epsilon(purchase: Purchase):
+    """The epsilon each output was released at: the charged one for one-shot purchases."""
+    return purchase.charged_epsilon if purchase.charged_epsilon is not None else purchase.epsilon
+
+
 def _rows(purchase: Purchase, ids: np.ndarray, out: np.ndarray) -> list[dict]:
-    eps = s.EpsilonField().to_representation(purchase.epsilon)
+    eps = s.EpsilonField().to_representation(_released_epsilon(purchase))
     names = pseudonyms(purchase.buyer_id, ids)
     return [{"pseudonym": p, "epsilon": eps, "output": o}
             for p, o in zip(names, _outputs_as(purchase.attribute, out))]
@@ -509,8 +602,9 @@ def _rows(purchase: Purchase, ids: np.ndarray, out: np.ndarray) -> list[dict]:
 
 def _csv_rows(purchase: Purchase):
     """The CSV body, one chunk of the purchase at a time."""
-    eps = s.EpsilonField().to_representation(purchase.epsilon)
-    string = purchase.attribute.kind == Attribute.Kind.STRING
+    eps = s.EpsilonField().to_representation(_released_epsilon(purchase))
+    attribute = purchase.attribute
+    string = attribute.kind == Attribute.Kind.STRING or attribute.mechanism == Attribute.Mechanism.URAP  # bit strings
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["pseudonym", "epsilon", "output"])

@@ -127,6 +127,10 @@ def _entry(value_id, **fields):
     dict(kind="chain_release", epsilon=D("0.5"), chain_loss_after=D("0.5"), oneshot_loss_after=D("0.1")),
     dict(kind="oneshot_release", epsilon=D("0.3"), oneshot_loss_after=D("0.2")),  # one-shot adds exactly
     dict(kind="oneshot_release", epsilon=D("0.3"), oneshot_loss_after=D("0.3"), chain_loss_after=D("0.1")),
+    dict(kind="oneshot_release", epsilon=D("0.3"), oneshot_loss_after=D("0.3")),  # a one-shot names its guarantee
+    dict(kind="oneshot_release", epsilon=D("0.3"), oneshot_loss_after=D("0.3"), guarantee="strong"),
+    dict(kind="ceiling", guarantee="ldp"),                                  # budget events carry none
+    dict(kind="chain_release", epsilon=D("0.5"), chain_loss_after=D("0.5"), guarantee="per_report_non_collusion"),
 ], ids=repr)
 def test_ledger_entries_follow_the_release_rules(budget, fields):
     value_id = budget.get().value_id
@@ -139,7 +143,9 @@ def test_ledger_valid_entries_are_accepted(budget):
     accepted(lambda: _entry(value_id, kind="chain_release", epsilon=D("0.3"), chain_loss_before=D("0.5"),
                             chain_loss_after=D("0.5")))  # at or below the chain loss: costs nothing
     accepted(lambda: _entry(value_id, kind="oneshot_release", epsilon=D("0.3"), oneshot_loss_before=D("0.2"),
-                            oneshot_loss_after=D("0.5")))
+                            oneshot_loss_after=D("0.5"), guarantee="ldp"))
+    accepted(lambda: _entry(value_id, kind="oneshot_release", epsilon=D("0.2"), oneshot_loss_before=D("0.5"),
+                            oneshot_loss_after=D("0.7"), guarantee="per_report_non_collusion"))
 
 
 def test_ledger_blocks_and_head(budget):

@@ -5,7 +5,8 @@ Every (role, endpoint, object) cell below is one test: anonymous callers get
 for another's: not even their existence is shown); auditors read every
 purchase's bookkeeping but not the data bought; staff read everything.  Every
 refusal is a problem+json.  Separately: no response a buyer can get contains a
-raw value, an owner's identity or a value id.
+raw value, an owner's identity or a value id.  Surveys follow the purchases' rules, and auditors see a survey's
+bookkeeping but not its aggregate result.
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from tests.api.conftest import PROBLEM, buy, client_for
 
 ROLES = ["anonymous", "owner", "buyer_a", "buyer_b", "auditor", "staff"]
 OBJECTS = ["purchase_a", "purchase_b"]
+SURVEYS = ["survey_a", "survey_b"]
 ENDPOINTS = ["datasets", "dataset", "quote", "purchase", "purchases", "purchase_detail", "outputs", "outputs_csv",
-             "estimate"]
-OBJECT_ENDPOINTS = {"purchase_detail", "outputs", "outputs_csv", "estimate"}
+             "estimate", "survey", "surveys", "survey_detail", "survey_as_purchase"]
+OBJECT_ENDPOINTS = {"purchase_detail": OBJECTS, "outputs": OBJECTS, "outputs_csv": OBJECTS, "estimate": OBJECTS,
+                    "survey_detail": SURVEYS, "survey_as_purchase": SURVEYS}
 
 
 def expected(role: str, endpoint: str, obj: str | None) -> int:
@@ -30,33 +33,43 @@ def expected(role: str, endpoint: str, obj: str | None) -> int:
         return 401
     if endpoint in ("datasets", "dataset"):
         return 200
-    if endpoint in ("quote", "purchase"):
+    if endpoint in ("quote", "purchase", "survey"):
         return {"buyer_a": 200, "buyer_b": 200}.get(role, 403) if endpoint == "quote" else \
             {"buyer_a": 201, "buyer_b": 201}.get(role, 403)
     if role == "owner":
         return 403
-    if endpoint == "purchases":
+    if endpoint in ("purchases", "surveys"):
         return 200
+    if endpoint == "survey_as_purchase":  # a survey is never served as a purchase, to anyone
+        return 404
     if role in ("buyer_a", "buyer_b"):
-        own = obj == ("purchase_a" if role == "buyer_a" else "purchase_b")
+        own = obj in (("purchase_a", "survey_a") if role == "buyer_a" else ("purchase_b", "survey_b"))
         return 200 if own else 404
     if role == "auditor":
-        return 200 if endpoint == "purchase_detail" else 403
+        return 200 if endpoint in ("purchase_detail", "survey_detail") else 403
     return 200  # staff
 
 
 CELLS = [(r, e, o) for r, e in itertools.product(ROLES, ENDPOINTS)
-         for o in (OBJECTS if e in OBJECT_ENDPOINTS else [None])]
+         for o in (OBJECT_ENDPOINTS.get(e) or [None])]
 
 
 @pytest.fixture
-def world(db, buyer, buyer_b, owner, auditor, staff, categorical):
-    """Two buyers with one completed purchase each, and one client per role."""
+def world(db, buyer, buyer_b, owner, auditor, staff, categorical, binary):
+    """Two buyers with one completed purchase and one survey each, and one client per role."""
     pa = buy(client_for(buyer), categorical.id, "1").json()["id"]
     pb = buy(client_for(buyer_b), categorical.id, "1.5").json()["id"]
+    sa = survey(client_for(buyer), binary.id, "0.2").json()["id"]
+    sb = survey(client_for(buyer_b), binary.id, "0.3").json()["id"]
     users = {"owner": owner, "buyer_a": buyer, "buyer_b": buyer_b, "auditor": auditor, "staff": staff}
     clients = {role: client_for(users.get(role)) for role in ROLES}
-    return {"clients": clients, "purchase_a": pa, "purchase_b": pb, "attribute": categorical}
+    return {"clients": clients, "purchase_a": pa, "purchase_b": pb, "survey_a": sa, "survey_b": sb,
+            "attribute": categorical, "binary": binary}
+
+
+def survey(client, attribute_id, epsilon, mechanism="warner"):
+    return client.post("/api/v1/surveys/", {"attribute": attribute_id, "mechanism": mechanism, "epsilon": epsilon},
+                       format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
 
 
 def call(world, role: str, endpoint: str, obj: str | None):
@@ -64,6 +77,10 @@ def call(world, role: str, endpoint: str, obj: str | None):
     pid = world[obj] if obj else None
     body = {"attribute": attribute.id, "epsilon": "0.5"}
     return {
+        "survey": lambda: survey(client, world["binary"].id, "0.1"),
+        "surveys": lambda: client.get("/api/v1/surveys/"),
+        "survey_detail": lambda: client.get(f"/api/v1/surveys/{pid}/"),
+        "survey_as_purchase": lambda: client.get(f"/api/v1/purchases/{pid}/"),
         "datasets": lambda: client.get("/api/v1/datasets/"),
         "dataset": lambda: client.get(f"/api/v1/datasets/{attribute.dataset_id}/"),
         "quote": lambda: client.post("/api/v1/quotes/", body, format="json"),
@@ -96,10 +113,21 @@ def test_purchase_lists_show_exactly_what_each_role_may_see(world):
     assert listed == {"buyer_a": {a}, "buyer_b": {b}, "auditor": {a, b}, "staff": {a, b}}
 
 
+def test_survey_lists_show_exactly_what_each_role_may_see_and_auditors_no_result(world):
+    listed = {role: {s["id"]: s["result"] for s in world["clients"][role].get("/api/v1/surveys/").json()["results"]}
+              for role in ("buyer_a", "buyer_b", "auditor", "staff")}
+    a, b = world["survey_a"], world["survey_b"]
+    assert {k: set(v) for k, v in listed.items()} == {"buyer_a": {a}, "buyer_b": {b}, "auditor": {a, b},
+                                                      "staff": {a, b}}
+    assert listed["buyer_a"][a]["n"] == 50 and listed["staff"][b]["n"] == 50
+    assert listed["auditor"] == {a: None, b: None}
+
+
 def test_refused_writes_change_nothing(world):
     before = Purchase.objects.count()
     for role in ("anonymous", "owner", "auditor", "staff"):
         call(world, role, "purchase", None)
+        call(world, role, "survey", None)
     assert Purchase.objects.count() == before
 
 
@@ -113,7 +141,10 @@ def test_no_raw_values_owner_identities_or_value_ids_reach_a_buyer(world, binary
     responses = [client.get("/api/v1/datasets/"), client.get(f"/api/v1/datasets/{attribute.dataset_id}/"),
                  client.post("/api/v1/quotes/", {"attribute": attribute.id, "epsilon": "1"}, format="json"),
                  client.get("/api/v1/purchases/"), client.get(f"/api/v1/purchases/{pid}/"),
-                 client.get(f"/api/v1/purchases/{pid}/outputs/"), client.get(f"/api/v1/purchases/{pid}/estimate/")]
+                 client.get(f"/api/v1/purchases/{pid}/outputs/"), client.get(f"/api/v1/purchases/{pid}/estimate/"),
+                 client.post("/api/v1/quotes/", {"attribute": binary.id, "mechanism": "warner", "epsilon": "0.1"},
+                             format="json"),
+                 client.get("/api/v1/surveys/"), client.get(f"/api/v1/surveys/{world['survey_a']}/")]
     text = " ".join(r.content.decode() for r in responses)
     text += b"".join(client.get(f"/api/v1/purchases/{pid}/outputs/?format=csv").streaming_content).decode()
     assert not any(name in text for name in owner_names)

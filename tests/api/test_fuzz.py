@@ -34,13 +34,14 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
                                                response_schema_conformance, status_code_conformance)
 
-from market import selectors
+from market import oneshot, selectors
+from market.models import Value
 from market.api.views import KEY_RE
 from market.purchases import purchase_claim, purchase_execute
 from tests.api.conftest import LABELS, POLICY, contribute, fund
 from tests.factories import (AuditorFactory, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             DatasetFactory, NumericAttributeFactory, OwnerFactory, StaffFactory,
-                             StringAttributeFactory)
+                             DatasetFactory, GraphAttributeFactory, NumericAttributeFactory, OwnerFactory,
+                             StaffFactory, StringAttributeFactory, UrrAttributeFactory)
 
 # One test item (schemathesis runs each operation as a subtest of it); a hard time limit if the machine crawls.
 pytestmark = [pytest.mark.django_db(transaction=True, reset_sequences=True), pytest.mark.timeout(600)]
@@ -79,15 +80,26 @@ class Fuzz:
 def world(settings):
     """Committed data for the WSGI app: a funded buyer, one attribute of each kind, completed purchases, quotes."""
     settings.LDP_ASYNC_PURCHASE_THRESHOLD = 25  # categorical, binary: the Celery path (eager in tests), 202
+    # The string attribute comes first: id 1, the id generated bodies favour.  Its 40 values exceed the threshold
+    # (Celery, 202) while one RAPPOR cohort of it does not (sold in the request, 201), so generated purchases reach
+    # both paths whatever else the request bodies' forms (several since the one-shot mechanisms) make of them.
+    string = StringAttributeFactory(price_policy=POLICY, num_bits=16, num_hashes=2, num_cohorts=2)
     dataset = DatasetFactory()
     categorical = CategoricalAttributeFactory(dataset=dataset, labels=LABELS, price_policy=POLICY)
     binary = BinaryAttributeFactory(dataset=dataset, price_policy=POLICY)
     numeric = NumericAttributeFactory(price_policy=POLICY)
-    string = StringAttributeFactory(price_policy=POLICY, num_bits=16, num_hashes=2, num_cohorts=2)
     contribute(categorical, LABELS * 10, ceiling="2", seed=1)
     contribute(binary, ["yes"] * 30 + ["no"] * 20, ceiling="3", seed=2)
     contribute(numeric, [str(x) for x in range(0, 100, 5)], ceiling="3", seed=3)
-    contribute(string, ["apple", "pear", "plum", "fig"] * 5, ceiling="2", seed=4)
+    contribute(string, ["apple", "pear", "plum", "fig"] * 10, ceiling="2", seed=4)
+    assert string.id == 1 and 0 < Value.objects.filter(attribute=string, cohort=0).count() <= 25
+    # one-shot attributes (uRR with PUM tags, an LPP graph): their ceilings leave room for many purchases
+    urr = UrrAttributeFactory(dataset=dataset, price_policy=POLICY)
+    graph = GraphAttributeFactory(dataset=dataset, price_policy=POLICY)
+    contribute(urr, ["a", "b", "c", "d", "e"] * 4, ceiling="600", seed=5)
+    contribute(graph, [{"0": 0.5}, {}, [1, None, -1, None]] * 4, ceiling="600", seed=6)
+    binary_surveys = BinaryAttributeFactory(price_policy=POLICY)
+    contribute(binary_surveys, ["yes"] * 30 + ["no"] * 70, ceiling="600", seed=7)
     buyer = BuyerFactory()
     fund(buyer, "1000000")
     other = BuyerFactory()
@@ -98,15 +110,33 @@ def world(settings):
         purchase, _ = purchase_claim(buyer=who, attribute=attribute, epsilon=epsilon, cohort=None,
                                      idempotency_key=uuid.uuid4().hex)
         purchases.append(purchase_execute(purchase_id=purchase.id))
+    for attribute, request in [(urr, {"epsilon": "1"}), (graph, {"eps1": "1", "eps2": "1"}),
+                               (binary_surveys, {"mechanism": "improved_christofides", "epsilon": "1", "p2": "0.1"}),
+                               (binary_surveys, {"mechanism": "warner", "epsilon": "1"})]:
+        spec = oneshot.parse_spec(attribute, **request)
+        claimed, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
+                                           idempotency_key=uuid.uuid4().hex)
+        purchases.append(oneshot.oneshot_execute(purchase_id=claimed.id))
     # quotes the buyer can turn into purchases (the fuzzer cannot forge one): body.quote draws from them
     quotes = [selectors.quote(buyer_id=buyer.id, attribute=attribute, epsilon=Decimal(epsilon), cohort=None,
                               policy=selectors.price_policy_or_none(attribute)).token
-              for attribute, epsilon in [(categorical, "0.6"), (binary, "2"), (numeric, "0.3"), (string, "1")]]
+              for attribute, epsilon in [(categorical, "0.6"), (binary, "2"), (numeric, "0.3"), (string, "1"),
+                                         (numeric, "0.5"), (string, "0.5")]]
+    # (the generated bodies' favourite attribute id, 1, is the categorical one: Celery, 202; most quotes are for
+    # attributes sold in the request, 201, so both paths are reached)
+    quotes += [selectors.oneshot_quote(buyer_id=buyer.id, attribute=attribute, cohort=None,
+                                       spec=oneshot.parse_spec(attribute, **request),
+                                       policy=selectors.price_policy_or_none(attribute)).token
+               for attribute, request in [(urr, {"epsilon": "0.5"}), (graph, {"eps1": "0.5", "eps2": "1"}),
+                                          (binary_surveys, {"mechanism": "simmons", "epsilon": "1", "pi_b": "0.3"})]]
     user = buyer if ROLE == "buyer" else ROLES[ROLE]()
     token = Token.objects.create(user=user)
-    ids = ({a.id for a in (categorical, binary, numeric, string)} | {a.dataset_id for a in (categorical, numeric)}
-           | {p.id for p in purchases})
-    return {"ids": sorted(ids), "quotes": quotes, "token": token.key}
+    ids = ({a.id for a in (categorical, binary, numeric, string, urr, graph, binary_surveys)}
+           | {a.dataset_id for a in (categorical, numeric)} | {p.id for p in purchases})
+    # body.attribute: the attributes themselves (half of them sold in the request, half in Celery), so that
+    # generated purchases, whose bodies now have several forms, still often reach the real work
+    attributes = sorted(a.id for a in (categorical, binary, numeric, string, urr, graph, binary_surveys))
+    return {"ids": sorted(ids), "attributes": attributes, "quotes": quotes, "token": token.key}
 
 
 @pytest.fixture
@@ -129,7 +159,7 @@ def fuzz(world):
         made = seen.statuses["POST /api/v1/purchases/"]
         assert made[201] and made[202], f"no generated purchase succeeded: {dict(made)}"
         for label in ("GET /api/v1/purchases/{id}/outputs/", "GET /api/v1/purchases/{id}/estimate/",
-                      "POST /api/v1/quotes/"):
+                      "POST /api/v1/quotes/", "GET /api/v1/surveys/{id}/"):
             assert seen.statuses[label][200], f"{label} never succeeded: {dict(seen.statuses[label])}"
 
 
@@ -146,12 +176,13 @@ def api_schema(world, request):
                        "with-security-parameters": False},
         "phases": {"stateful": {"enabled": False}},
         # Half the time, ids and epsilons that exist and sell (the rest: whatever the schema allows, or not).
-        "dictionaries": {"ids": {"values": world["ids"]}, "epsilons": {"values": EPSILONS},
+        "dictionaries": {"ids": {"values": world["ids"]}, "attributes": {"values": world["attributes"]},
+                         "epsilons": {"values": EPSILONS},
                          "quotes": {"values": world["quotes"]}},
         "parameters": {"path.id": {"dictionary": "ids", "probability": 0.5},
                        "query.attribute": {"dictionary": "ids", "probability": 0.5},
                        "query.dataset": {"dictionary": "ids", "probability": 0.5},
-                       "body.attribute": {"dictionary": "ids", "probability": 0.5},
+                       "body.attribute": {"dictionary": "attributes", "probability": 0.5},
                        "body.epsilon": {"dictionary": "epsilons", "probability": 0.5},
                        "body.quote": {"dictionary": "quotes", "probability": 0.5}},
     })

@@ -46,7 +46,8 @@ def market_setup():
     return attribute, values, buyers
 
 
-def run_concurrently(jobs):
+def run_concurrently(jobs, timeout: float = 180):
+    """Run the jobs in threads released together by a barrier; the exceptions they raised."""
     errors = []
     barrier = threading.Barrier(len(jobs))
 
@@ -63,7 +64,7 @@ def run_concurrently(jobs):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(timeout)
     return errors
 
 

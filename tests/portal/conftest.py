@@ -99,3 +99,43 @@ def other_value(other_owner, attribute):
 def owner_client(client, owner):
     client.force_login(owner)
     return client
+
+
+def oneshot_purchase(buyer, attribute, *, seed=0, **request):
+    """A completed one-shot purchase or survey through the services the API runs (``market.oneshot``).
+
+    ``request``: the API's body fields (``epsilon``, ``mechanism`` for a survey, ``family``, ``eps1``, ``eps2``,
+    ``p2``, ...).
+    """
+    from market import oneshot
+
+    spec = oneshot.parse_spec(attribute, **request)
+    p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
+                                 idempotency_key=uuid.uuid4().hex)
+    return oneshot.oneshot_execute(purchase_id=p.id, rng=np.random.default_rng(seed))
+
+
+def oneshot_attribute(kind: str, **fields):
+    """An attribute of a one-shot kind, with the platform's default price policy.
+
+    ``urr``/``urap``: categorical "place" with a sensitive set and PUM tags; ``ternary`` (RR3);
+    ``graph`` (LPP, three films); ``distribution`` (private sampling, three labels and a prior).
+    """
+    from market.models import Attribute
+    from tests.factories import AttributeFactory
+
+    presets = {
+        "urr": dict(name="place", kind=Attribute.Kind.CATEGORICAL, mechanism=Attribute.Mechanism.URR,
+                    labels=["home", "office", "clinic", "park"], sensitive=["clinic"],
+                    pum_tags=["residence", "workplace"]),
+        "urap": dict(name="place (bits)", kind=Attribute.Kind.CATEGORICAL, mechanism=Attribute.Mechanism.URAP,
+                     labels=["home", "office", "clinic", "park"], sensitive=["clinic"], pum_tags=["residence"]),
+        "ternary": dict(name="smoking", kind=Attribute.Kind.TERNARY, mechanism=Attribute.Mechanism.RR3,
+                        labels=["never", "sometimes", "daily"]),
+        "graph": dict(name="film ratings", kind=Attribute.Kind.GRAPH, mechanism=Attribute.Mechanism.LPP,
+                      labels=["Alpha", "Beta", "Gamma"], num_items=3),
+        "distribution": dict(name="commute mix", kind=Attribute.Kind.DISTRIBUTION,
+                             mechanism=Attribute.Mechanism.PRIVATE_SAMPLE, labels=["walk", "bike", "car"],
+                             prior=[0.3, 0.3, 0.4]),
+    }
+    return AttributeFactory(**{**presets[kind], "price_policy": DEFAULT_POLICY, **fields})

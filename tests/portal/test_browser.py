@@ -4,7 +4,9 @@ A new owner signs up, contributes a value, previews and sets a schedule, sees a
 purchase a buyer makes through the REST API (real HTTP against the live server)
 with what they earned, raises the ceiling (and is refused when lowering it below
 the privacy spent), pauses sales, exports their data and checks the JSON,
-deletes the raw value, signs out and back in with the keyboard only.
+deletes the raw value; then contributes a distribution (refused first: it must add up to 1), contributes a
+uRR value and tags it as personally sensitive (PUM), sees a one-shot sale the buyer makes through the API with
+its mechanism and guarantee; signs out and back in with the keyboard only.
 
 A screenshot of every page goes to ``test-artifacts/portal/`` (git-ignored).
 Skipped, saying why, when Playwright or ``/usr/bin/chromium`` is missing
@@ -224,7 +226,56 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     shot_dashboard.click()
     shot(page, "15-dashboard-final")
 
-    # 9. Sign out, then sign in again with the keyboard only.
+    # 9. One-shot mechanisms: contribute a distribution (refused first: it must add up to 1), contribute a uRR
+    #    value and tag it as personally sensitive, then see a one-shot sale with its guarantee.
+    from portal.selectors import pum_tag
+    from tests.portal.conftest import oneshot_attribute
+
+    oneshot_attribute("distribution", dataset=dataset)
+    place = oneshot_attribute("urr", dataset=dataset)
+    main_nav = page.get_by_role("navigation", name="Main")
+    main_nav.get_by_role("link", name="Contribute").click()
+    page.get_by_role("link", name="Contribute to commute mix").click()
+    expect(page.locator("#how-sold-title")).to_contain_text("Private sample of your distribution")
+    page.get_by_label("walk", exact=True).fill("0.5")
+    page.get_by_label("bike", exact=True).fill("0.3")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.get_by_role("alert")).to_contain_text("add up to 0.8; they must add up to 1")
+    shot(page, "16-contribute-distribution-refused")
+    page.get_by_label("car", exact=True).fill("0.2")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.locator(".raw")).to_have_text("walk: 0.5 · bike: 0.3 · car: 0.2")
+    shot(page, "17-value-distribution")
+
+    main_nav.get_by_role("link", name="Contribute").click()
+    page.get_by_role("link", name="Contribute to place").click()
+    page.get_by_label("Your value for “place”").select_option("home")
+    page.get_by_label("Ceiling (ε)").fill("2")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.locator("#pum-tag-current")).to_contain_text("none")
+    page.get_by_label("Yes, tag it “residence”").check()
+    page.get_by_role("button", name="Save the tag").click()
+    expect(page.get_by_role("status")).to_contain_text("tagged as personally sensitive (“residence”)")
+    expect(page.locator("#pum-tag-current")).to_contain_text("tagged “residence”")
+    place_value = Value.objects.get(owner=owner, attribute=place)
+    assert pum_tag(owner, place_value.id) == "residence"
+    assert b"residence" not in bytes(Value.objects.get(id=place_value.id).input_sealed)
+    shot(page, "18-value-urr-tagged")
+
+    status, body = api(base, "/api/v1/auth/token/", {"username": "api-buyer", "password": "correct horse battery staple"})
+    assert status == 200, body
+    status, body = api(base, "/api/v1/purchases/", {"attribute": place.id, "epsilon": "0.5"},
+                       {"Authorization": f"Token {body['token']}", "Idempotency-Key": uuid.uuid4().hex})
+    assert status == 201 and body["included"] == 1, body
+    page.reload()
+    released = page.get_by_role("table", name="Releases of this value")
+    expect(released).to_contain_text("uRR (utility-optimized randomized response)")
+    expect(released).to_contain_text("ε-ULDP at ε = 0.5")
+    expect(released).to_contain_text("Open Health Lab")
+    expect(page.locator(f"#oneshot-loss-{place_value.id}")).to_have_attribute("value", "0.5")
+    shot(page, "19-value-urr-one-shot-release")
+
+    # 10. Sign out, then sign in again with the keyboard only.
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.locator("#id_username")).to_be_focused()  # the sign-in form focuses the username
@@ -238,6 +289,6 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     expect(page.get_by_role("link", name="Skip to main content")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("main")).to_be_focused()
-    assert len(list(ARTIFACTS.glob("*.png"))) == 15
+    assert len(list(ARTIFACTS.glob("*.png"))) == 19
 
 

@@ -14,6 +14,13 @@ unusable passwords), except one value of each dataset, which belongs to
 1000 of credit.  Idempotent: a dataset whose title exists and users whose
 usernames exist are left as they are, and the summary is read from the
 database, so a second run creates nothing and prints the same summary.
+
+Four small datasets show the one-shot mechanisms (spec service.md section 8),
+each with its own owners (``demo-u-``, ``demo-t-``, ``demo-g-``, ``demo-d-``) and a
+fixed ceiling of 5: a categorical attribute with a sensitive set under uRR and
+two PUM tags, a three-state attribute under RR3, a bipartite graph under LPP‡,
+and a distribution attribute for private samples.  Surveys run on the binary
+experiment.  Their contents are fixed (a seeded generator, not privacy noise).
 """
 from __future__ import annotations
 
@@ -141,6 +148,86 @@ def create_experiment(experiment: Experiment, demo_owner: User, now=None) -> boo
     return True
 
 
+@dataclass(frozen=True)
+class OneShotDemo:
+    title: str
+    description: str
+    attribute: dict  # Attribute fields besides dataset and name
+    name: str
+    owner_prefix: str
+    raws: tuple  # the owners' raw values (one owner each)
+
+
+def _oneshot_demos() -> list[OneShotDemo]:
+    import numpy as np
+
+    rng = np.random.default_rng(20250101)  # the demo's contents, fixed; no privacy noise is drawn here
+    places = ["home area", "office district", "park", "clinic", "night club"]
+    visits = rng.choice(len(places), size=200, p=[0.3, 0.3, 0.2, 0.1, 0.1])
+    states = rng.choice(3, size=150, p=[0.5, 0.3, 0.2])
+    items = ["film-1", "film-2", "film-3", "film-4", "film-5"]
+    edges = []
+    for _ in range(120):
+        chosen = rng.random(len(items)) < 0.4
+        weights = np.round(rng.uniform(-1, 1, len(items)), 2)
+        edges.append({items[j]: float(weights[j]) for j in range(len(items)) if chosen[j]})
+    genres = ["rock", "jazz", "classical", "pop"]
+    dists = np.round(rng.dirichlet([2, 0.5, 0.8, 3], size=100), 3)
+    dists[:, -1] = np.round(1 - dists[:, :-1].sum(axis=1), 3)
+    return [
+        OneShotDemo(
+            title="Places visited (utility-optimized LDP)",
+            description=("Where 200 owners spent last evening. The clinic and the night club are sensitive and get "
+                         "full epsilon-LDP; the other places go through uRR with less noise. Owners may tag their "
+                         "value as personally sensitive (home, workplace)."),
+            attribute={"kind": Attribute.Kind.CATEGORICAL, "mechanism": Attribute.Mechanism.URR, "labels": places,
+                       "sensitive": ["clinic", "night club"], "pum_tags": ["home", "workplace"]},
+            name="place", owner_prefix="demo-u-", raws=tuple(places[i] for i in visits)),
+        OneShotDemo(
+            title="Opinions (three states)",
+            description="150 owners' relation to a brand: none, likes or dislikes; sold through RR3.",
+            attribute={"kind": Attribute.Kind.TERNARY, "mechanism": Attribute.Mechanism.RR3,
+                       "labels": ["none", "likes", "dislikes"]},
+            name="opinion", owner_prefix="demo-t-", raws=tuple(["none", "likes", "dislikes"][i] for i in states)),
+        OneShotDemo(
+            title="Film ratings (bipartite graph)",
+            description="120 owners' ratings of five films, weights in [-1, 1]; sold through LPP‡.",
+            attribute={"kind": Attribute.Kind.GRAPH, "mechanism": Attribute.Mechanism.LPP, "labels": items,
+                       "num_items": len(items)},
+            name="ratings", owner_prefix="demo-g-", raws=tuple(edges)),
+        OneShotDemo(
+            title="Listening habits (distributions)",
+            description=("100 owners' share of listening time per genre; each purchase is one private sample per "
+                         "owner, shaped by the public prior."),
+            attribute={"kind": Attribute.Kind.DISTRIBUTION, "mechanism": Attribute.Mechanism.PRIVATE_SAMPLE,
+                       "labels": genres, "prior": [0.3, 0.1, 0.15, 0.45]},
+            name="genres", owner_prefix="demo-d-", raws=tuple({g: float(x) for g, x in zip(genres, row)}
+                                                              for row in dists)),
+    ]
+
+
+ONESHOT_CEILING = Decimal("5")
+
+
+def create_oneshot_demo(demo: OneShotDemo) -> bool:
+    """Create one one-shot demo dataset (its attribute, owners and values) in one transaction; False if present."""
+    with transaction.atomic():
+        if Dataset.objects.filter(title=demo.title).exists():
+            return False
+        dataset = Dataset.objects.create(title=demo.title, description=demo.description)
+        attribute = Attribute.objects.create(dataset=dataset, name=demo.name,
+                                             price_policy=PricePolicy.parse(None).as_json(), **demo.attribute)
+        names = [f"{demo.owner_prefix}{i:04d}" for i in range(1, len(demo.raws) + 1)]
+        existing = {u.username: u for u in User.objects.filter(username__in=names)}
+        missing = [User(username=name, role=User.Role.OWNER, password=make_password(None))
+                   for name in names if name not in existing]
+        for user in User.objects.bulk_create(missing, batch_size=2000):
+            existing[user.username] = user
+        values_create_many(attribute=attribute, owners=[existing[n] for n in names], raws=list(demo.raws),
+                           ceiling=ONESHOT_CEILING)
+    return True
+
+
 def label_counts(attribute: Attribute) -> dict[str, int] | None:
     """Values per label, opened from the sealed mechanism inputs (None if they do not open with this key)."""
     rows = list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False).order_by("id")
@@ -193,6 +280,15 @@ def summary(base_url: str = BASE_URL) -> list[str]:
                                  f"{b.schedule_end_at:%Y-%m-%d %H:%M} UTC")
                 else:
                     lines.append(f"    fixed ceiling {_eps(b.ceiling)}")
+    lines += ["", "One-shot mechanisms (each release adds its exact epsilon to the value's loss; surveys with "
+              "POST /api/v1/surveys/ on the binary experiment):"]
+    for demo in _oneshot_demos():
+        attribute = Attribute.objects.filter(dataset__title=demo.title, name=demo.name).first()
+        if attribute is None:
+            lines.append(f"  {demo.title}: missing")
+            continue
+        lines.append(f"  {demo.title} / {attribute.name} ({attribute.kind}, {attribute.mechanism}): "
+                     f"{attribute.values.count()} values, fixed ceiling {_eps(ONESHOT_CEILING)}")
     buyer = User.objects.filter(username=BUYER).first()
     credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
               .values_list("balance", flat=True).first() if buyer else None)
@@ -215,7 +311,7 @@ def summary(base_url: str = BASE_URL) -> list[str]:
 
 class Command(BaseCommand):
     help = ("Load the paper's two experiments (binary 600/400, categorical 100..500) with their owners, "
-            "demo-owner and demo-buyer. Idempotent.")
+            "demo-owner and demo-buyer, and small demos of the one-shot mechanisms. Idempotent.")
 
     def add_arguments(self, parser):
         parser.add_argument("--base-url", default=BASE_URL,
@@ -227,4 +323,8 @@ class Command(BaseCommand):
             created = create_experiment(experiment, owner)
             if options["verbosity"] > 1:
                 self.stderr.write(f"{experiment.title}: {'created' if created else 'already present'}")
+        for demo in _oneshot_demos():
+            created = create_oneshot_demo(demo)
+            if options["verbosity"] > 1:
+                self.stderr.write(f"{demo.title}: {'created' if created else 'already present'}")
         self.stdout.write("\n".join(summary(options["base_url"].rstrip("/"))))

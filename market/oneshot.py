@@ -1,0 +1,587 @@
+"""One-shot releases and surveys: charged to ``oneshot_loss``, atomically (spec service.md sections 2 and 8).
+
+Mechanisms without gradual release draw afresh from the owner's sealed input at
+every release, and each release adds its exact epsilon to the value's
+``oneshot_loss`` (rule 4: sequential composition adds).  Two kinds of request
+reuse ``Purchase`` (one idempotency claim, one API shape):
+
+* **one-shot purchases** of a one-shot attribute (``Attribute.is_oneshot``):
+  uRR / uRAP with the owners' PUM tags (categorical with a sensitive set:
+  guarantee ``uldp``), RR3 (ternary: EWRR3 at ``p* = e^eps/(e^eps + 2)`` or
+  RR3‡ with ``(eps1, eps2)``), LPP‡ (graph) and the optimal private sampler
+  (distribution) -- guarantee ``ldp``.  The buyer gets every released output
+  (``PurchaseChunk``, as chain purchases);
+* **surveys** over a binary attribute (x = 1: the second label, membership of
+  the sensitive group): Warner, Simmons, Christofides (guarantee ``ldp``) and
+  improved Christofides (IC, guarantee ``per_report_non_collusion``: per-report
+  eps only if respondents cannot see each other's cards or answers).  Every
+  eligible owner answers exactly once, server-side from the sealed input; the
+  buyer gets only the aggregate (``Purchase.result``); no report is stored.
+
+**Charged epsilon.**  The exact level of the mechanism as released, computed in
+``Decimal`` arithmetic at 40 digits and **rounded up** to 6 decimal places
+(``ROUND_CEILING``), so the market never under-charges: uRR, uRAP, EWRR3, the
+private sampler, Warner, Simmons and Christofides at their design points are
+exactly the requested epsilon; RR3‡ and LPP‡ are ``max(eps2, eps1 + ln 2 -
+ln(1 + e^-eps2))`` (spec rr3.md "Privacy level", the exact level of the RR3‡
+matrix: (1, 1) -> 1.379945, (1, 2) -> 2.0), never ``eps1 + eps2``; IC is the
+realised deck's per-report ``ln(c3/c1)``, at or below the target (the deck is
+dealt for the actual number of respondents, and a card is moved from 3 to 1 if
+the rounding of ``surveys.ic_deck_counts`` ever left it above).
+
+**Execution** (:func:`oneshot_execute`) is one transaction with the locks in the
+global order of ``market.purchases.purchase_execute`` -- the purchase row,
+budgets by value id (``FOR UPDATE``), money accounts (``purchases._lock_money``),
+the ledger head last (``ledger.append``) -- so one-shot purchases, chain
+purchases, surveys and budget changes never deadlock.  A value is included iff it
+is not paused or withdrawn, its raw input is present, and ``chain_loss +
+oneshot_loss + charged <= ceiling``, exactly, in integer micro-epsilons (rules 2,
+4 and 7).  The draws are one vectorized ``mechanisms`` call over the included
+values (secure default randomness; ``rng`` for tests).  The writes are
+set-based: budgets ``oneshot_loss += charged``, one ``oneshot_release`` ledger
+entry per value (with its guarantee, inside the hash), money
+(``purchases._move_money``: every one-shot release is new loss, so no upgrade
+credit: each value costs the policy price at the charged epsilon) and the
+outputs (``purchases._write_chunks``; uRAP stores bit vectors of width
+``k + kappa``, LPP ``(item, state)``).  All or nothing (rule 6).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Context, Decimal, InvalidOperation
+
+import numpy as np
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.epsilon import MAX_EPSILON, QUANTUM, EpsilonError, from_micro, parse, to_micro
+from accounts.models import BudgetAccount, LedgerEntry, User
+from ldpmarket import bulk
+from mechanisms import private_sampling, rr3, surveys, uldp
+
+from . import domain, sealing
+from .models import SURVEY_MECHANISMS, Attribute, Purchase
+from .pricing import PolicyError, PricePolicy, units_to_decimal
+from .purchases import (InsufficientCredit, PriceChanged, PurchaseError, _lock_money,
+                        _move_money, _write_chunks, claim_key, micro)
+
+M = Purchase.Mechanism
+G = LedgerEntry.Guarantee
+GUARANTEE_OF = {M.URR: G.ULDP, M.URAP: G.ULDP, M.RR3: G.LDP, M.LPP: G.LDP, M.PRIVATE_SAMPLE: G.LDP,
+                M.WARNER: G.LDP, M.SIMMONS: G.LDP, M.CHRISTOFIDES: G.LDP, M.IMPROVED_CHRISTOFIDES: G.PER_REPORT}
+GUARANTEE_LABELS = {G.LDP: "epsilon-LDP", G.ULDP: "epsilon-ULDP (utility-optimized LDP: values outside the "
+                                                  "sensitive set may be revealed)",
+                    G.PER_REPORT: surveys.LABEL_PER_REPORT, G.NONE: ""}
+RR3_FAMILIES = ("ewrr3", "rr3_ddagger")
+PARAMETERS = ("family", "eps1", "eps2", "theta", "pi_b", "p2")
+_CTX = Context(prec=40)
+
+
+class ParameterError(PurchaseError):
+    """A request whose mechanism parameters do not fit the attribute (400); ``field`` names the culprit."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
+
+
+class TooFewRespondents(PurchaseError):
+    title = "Too few respondents"
+
+
+def guarantee_label(guarantee: str) -> str:
+    return GUARANTEE_LABELS.get(guarantee, guarantee)
+
+
+# ================================================================================================ exact levels
+
+def ceil6(d: Decimal) -> Decimal:
+    """``d`` rounded up to 6 decimal places (the market never under-charges)."""
+    return d.quantize(QUANTUM, rounding=ROUND_CEILING)
+
+
+def lpp_level(eps1: Decimal, eps2: Decimal) -> Decimal:
+    """The exact LDP level of RR3‡ / LPP‡ at ``p1 = e^eps1/(e^eps1+1)``, ``p2 = e^eps2/(e^eps2+1)`` in 40-digit
+    decimals: ``max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))`` (spec rr3.md; ``mechanisms.rr3.lpp_epsilon``)."""
+    second = _CTX.add(_CTX.subtract(eps1, _CTX.ln(_CTX.add(Decimal(1), _CTX.exp(-eps2)))), _CTX.ln(Decimal(2)))
+    return max(Decimal(eps2), second)
+
+
+def deck_level(counts) -> Decimal:
+    """The per-report level ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck, in 40-digit decimals (L = 3: ln(c3/c1))."""
+    c = [int(x) for x in counts]
+    return max(_CTX.ln(_CTX.divide(Decimal(c[-1 - i]), Decimal(c[i]))) for i in range(len(c)) if c[i] and c[-1 - i])
+
+
+def ic_deck(N: int, epsilon: Decimal, p2: float) -> np.ndarray:
+    """``surveys.ic_deck_counts`` for N respondents, checked exactly: its per-report level is at most the target."""
+    try:
+        counts = surveys.ic_deck_counts(N, float(epsilon), p2)
+    except ValueError as exc:
+        raise TooFewRespondents(f"An improved Christofides survey needs more respondents at this epsilon and p2: "
+                                f"{exc}.") from None
+    while deck_level(counts) > epsilon:  # float rounding in ic_deck_counts: move a card from 3 to 1
+        counts = counts + np.array([1, 0, -1])
+        if not counts[2] > counts[0]:
+            raise TooFewRespondents(f"{N} respondents are too few for an informative deck at epsilon {epsilon}.")
+    return counts
+
+
+# ============================================================================================= requests (specs)
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated one-shot or survey request: what to run and what each release costs.
+
+    ``charged`` is the exact epsilon charged per released value, rounded up;
+    for IC it is the target (an upper bound) until the deck is dealt.
+    ``parameters`` are the request's mechanism parameters as canonical text.
+    """
+
+    mechanism: str
+    epsilon: Decimal | None
+    charged: Decimal
+    parameters: dict = field(default_factory=dict)
+
+    @property
+    def guarantee(self) -> str:
+        return GUARANTEE_OF[self.mechanism]
+
+    @property
+    def is_survey(self) -> bool:
+        return self.mechanism in SURVEY_MECHANISMS
+
+    @property
+    def purchase_epsilon(self) -> Decimal:
+        """``Purchase.epsilon``: the requested epsilon, or the charged level for two-parameter mechanisms."""
+        return self.epsilon if self.epsilon is not None else self.charged
+
+    def fingerprint(self, attribute_id: int, cohort) -> str:
+        body = json.dumps({"attribute": attribute_id, "epsilon": None if self.epsilon is None else str(self.epsilon),
+                           "cohort": cohort, "mechanism": self.mechanism, "parameters": self.parameters},
+                          sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def value(self, name: str) -> float:
+        return float(self.parameters[name])
+
+
+def _eps(value, name: str) -> Decimal:
+    try:
+        return parse(value, name=name, allow_zero=False)
+    except EpsilonError as exc:
+        raise ParameterError(name, str(exc)) from None
+
+
+def _probability(value, name: str, *, lo_open: bool, hi_open: bool) -> Decimal:
+    try:
+        d = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except (InvalidOperation, ValueError, TypeError):
+        raise ParameterError(name, f"{name} must be a number") from None
+    interval = ("(" if lo_open else "[") + "0, 1" + (")" if hi_open else "]")
+    if isinstance(value, bool) or not d.is_finite() or d < 0 or d > 1 or (lo_open and d == 0) or (hi_open and d == 1):
+        raise ParameterError(name, f"{name} must be a number in {interval}")
+    if d != d.quantize(QUANTUM):
+        raise ParameterError(name, f"{name} may have at most 6 decimal places")
+    return d.quantize(QUANTUM)
+
+
+def _refuse(given: dict, allowed: set, why: str) -> None:
+    extra = sorted(k for k, v in given.items() if v is not None and k not in allowed)
+    if extra:
+        raise ParameterError(extra[0], f"{extra[0]} does not apply here: {why}")
+
+
+def parse_spec(attribute: Attribute, *, epsilon=None, mechanism: str | None = None, family=None, eps1=None,
+               eps2=None, theta=None, pi_b=None, p2=None) -> Spec | None:
+    """The one-shot or survey request on ``attribute``, validated; ``None`` for a chain purchase.
+
+    Raises ``ParameterError`` (a 400 naming the field) for a parameter that is
+    missing, out of range, or does not apply to the attribute's mechanism.
+    """
+    given = {"epsilon": epsilon, "family": family, "eps1": eps1, "eps2": eps2, "theta": theta, "pi_b": pi_b,
+             "p2": p2}
+    if mechanism is not None and mechanism != attribute.mechanism:
+        if mechanism not in SURVEY_MECHANISMS:
+            raise ParameterError("mechanism", f"{mechanism!r} is not a survey mechanism "
+                                              f"({', '.join(SURVEY_MECHANISMS)}); leave it out to buy the "
+                                              f"attribute's own mechanism, {attribute.mechanism}")
+        return _survey_spec(attribute, mechanism, given)
+    mech = attribute.mechanism
+    if not attribute.is_oneshot:
+        _refuse(given, {"epsilon"}, f"attribute {attribute.id} is sold from gradual-release chains at one epsilon")
+        return None
+    try:
+        domain.check_attribute(attribute)
+    except domain.InvalidAttribute as exc:
+        raise ParameterError("attribute", f"attribute {attribute.id} is not configured for sale: {exc}") from None
+    if mech in (M.URR, M.URAP, M.PRIVATE_SAMPLE):
+        _refuse(given, {"epsilon", "theta"} if mech == M.URAP else {"epsilon"},
+                f"the {mech} mechanism takes only epsilon" + (" and theta" if mech == M.URAP else ""))
+        if epsilon is None:
+            raise ParameterError("epsilon", "This field is required.")
+        e = _eps(epsilon, "epsilon")
+        params = {}
+        if mech == M.URAP and theta is not None:
+            params["theta"] = str(_probability(theta, "theta", lo_open=True, hi_open=True))
+        return Spec(mech, e, e, params)
+    if mech == M.RR3:
+        fam = family or ("rr3_ddagger" if eps1 is not None or eps2 is not None else "ewrr3")
+        if fam not in RR3_FAMILIES:
+            raise ParameterError("family", f"family must be one of {', '.join(RR3_FAMILIES)}")
+        if fam == "ewrr3":
+            _refuse(given, {"epsilon", "family"}, "EWRR3 takes epsilon only (RR3‡ takes eps1 and eps2)")
+            if epsilon is None:
+                raise ParameterError("epsilon", "This field is required for family ewrr3.")
+            e = _eps(epsilon, "epsilon")
+            return Spec(mech, e, e, {"family": fam})
+        _refuse(given, {"family", "eps1", "eps2"}, "RR3‡ takes eps1 and eps2 (its charged epsilon is their exact "
+                                                   "level, not their sum)")
+        return _two_parameter(mech, eps1, eps2, {"family": fam})
+    if mech == M.LPP:
+        _refuse(given, {"eps1", "eps2"}, "LPP‡ takes eps1 (edge or not) and eps2 (the edge's sign)")
+        return _two_parameter(mech, eps1, eps2, {})
+    raise ParameterError("attribute", f"attribute {attribute.id} has no one-shot mechanism")  # pragma: no cover
+
+
+def _two_parameter(mech: str, eps1, eps2, params: dict) -> Spec:
+    for name, v in (("eps1", eps1), ("eps2", eps2)):
+        if v is None:
+            raise ParameterError(name, "This field is required.")
+    e1, e2 = _eps(eps1, "eps1"), _eps(eps2, "eps2")
+    charged = ceil6(lpp_level(e1, e2))
+    if charged > MAX_EPSILON:
+        raise ParameterError("eps1", f"the exact epsilon of ({e1}, {e2}) is {charged}, above the most any value "
+                                     f"can spend ({MAX_EPSILON})")
+    return Spec(mech, None, charged, {**params, "eps1": str(e1), "eps2": str(e2)})
+
+
+def _survey_spec(attribute: Attribute, mechanism: str, given: dict) -> Spec:
+    if attribute.kind != Attribute.Kind.BINARY:
+        raise ParameterError("attribute", f"a survey asks one yes/no question: attribute {attribute.id} is "
+                                          f"{attribute.kind}, choose a binary attribute")
+    allowed = {"epsilon"} | {M.SIMMONS: {"pi_b"}, M.CHRISTOFIDES: {"p2"},
+                             M.IMPROVED_CHRISTOFIDES: {"p2"}}.get(mechanism, set())
+    _refuse(given, allowed, f"the {mechanism} survey takes epsilon"
+                            + {M.SIMMONS: " and pi_b", M.CHRISTOFIDES: " and p2",
+                               M.IMPROVED_CHRISTOFIDES: " and p2"}.get(mechanism, ""))
+    if given["epsilon"] is None:
+        raise ParameterError("epsilon", "This field is required.")
+    e = _eps(given["epsilon"], "epsilon")
+    params = {}
+    if mechanism == M.SIMMONS:
+        if given["pi_b"] is None:
+            raise ParameterError("pi_b", "This field is required for a Simmons survey: the probability that the "
+                                         "unrelated question is answered yes.")
+        params["pi_b"] = str(_probability(given["pi_b"], "pi_b", lo_open=True, hi_open=True))
+    if mechanism in (M.CHRISTOFIDES, M.IMPROVED_CHRISTOFIDES):
+        if given["p2"] is None:
+            raise ParameterError("p2", "This field is required: the share of middle cards (2), in [0, 1).")
+        params["p2"] = str(_probability(given["p2"], "p2", lo_open=False, hi_open=True))
+    return Spec(mechanism, e, e, params)
+
+
+def spec_of(purchase: Purchase) -> Spec:
+    """The spec a one-shot purchase or survey was claimed with (its stored mechanism and parameters)."""
+    p = purchase.parameters or {}
+    kwargs = {k: p[k] for k in PARAMETERS if k in p}
+    attribute = purchase.attribute
+    if purchase.mechanism in (M.LPP,) or p.get("family") == "rr3_ddagger":
+        epsilon = None
+    else:
+        epsilon = purchase.epsilon
+    if purchase.mechanism in SURVEY_MECHANISMS:
+        return _survey_spec(attribute, purchase.mechanism, {"epsilon": epsilon, "family": None, "eps1": None,
+                                                            "eps2": None, "theta": None, **kwargs})
+    return parse_spec(attribute, epsilon=epsilon, **kwargs)
+
+
+# ================================================================================================== claiming
+
+def oneshot_claim(*, buyer: User, attribute: Attribute, spec: Spec, cohort: int | None,
+                  idempotency_key: str) -> tuple[Purchase, bool]:
+    """Claim ``idempotency_key`` for a one-shot purchase or survey; returns (purchase, created).
+
+    A replay with the same request returns the same purchase; a different request is a conflict (409).
+    """
+    if buyer.role != User.Role.BUYER:
+        raise PurchaseError("Only buyers can purchase.")
+    return claim_key(buyer=buyer, idempotency_key=idempotency_key, request_hash=spec.fingerprint(attribute.id, cohort),
+                     attribute=attribute, epsilon=spec.purchase_epsilon, cohort=cohort, mechanism=spec.mechanism,
+                     parameters=dict(spec.parameters), guarantee=str(spec.guarantee))
+
+
+# ============================================================================================= the candidates
+
+@dataclass
+class Pool:
+    """The attribute's values (in value-id order) with their budgets, and which can be charged ``charged``."""
+
+    value_ids: np.ndarray
+    owner_ids: np.ndarray
+    ceiling: np.ndarray
+    chain_loss: np.ndarray
+    oneshot_loss: np.ndarray
+    paused: np.ndarray
+    withdrawn: np.ndarray
+    has_raw: np.ndarray
+    sealed: list
+    charged: int
+
+    @property
+    def over(self) -> np.ndarray:  # chain_loss + oneshot_loss + charged > ceiling
+        return self.chain_loss + self.oneshot_loss + self.charged > self.ceiling
+
+    @property
+    def eligible(self) -> np.ndarray:
+        return ~self.paused & ~self.withdrawn & ~self.over & self.has_raw
+
+    def excluded(self) -> dict:
+        active = ~self.paused & ~self.withdrawn
+        return {"ceiling": int((self.over & active).sum()), "paused": int((self.paused & ~self.withdrawn).sum()),
+                "withdrawn": int(self.withdrawn.sum()), "no_raw": int((~self.over & active & ~self.has_raw).sum())}
+
+
+def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: bool, inputs: bool) -> Pool:
+    """The candidates, read in one query (``lock``: their budget rows ``FOR UPDATE`` in value-id order)."""
+    qs = BudgetAccount.objects.filter(value__attribute=attribute)
+    if cohort is not None:
+        qs = qs.filter(value__cohort=cohort)
+    if lock:
+        qs = qs.select_for_update(of=("self",))
+    raw = "value__input_sealed" if inputs else "value__raw_deleted_at"
+    rows = list(qs.order_by("value_id").values_list(
+        "value_id", "value__owner_id", micro("ceiling"), micro("chain_loss"), micro("oneshot_loss"), "paused",
+        "value__withdrawn_at", raw))
+    n = len(rows)
+    cols = list(zip(*rows)) if n else [()] * 8
+    as_int = lambda c: np.fromiter(c, dtype=np.int64, count=n)  # noqa: E731
+    has_raw = (np.fromiter((s is not None for s in cols[7]), dtype=bool, count=n) if inputs
+               else np.fromiter((d is None for d in cols[7]), dtype=bool, count=n))
+    return Pool(value_ids=as_int(cols[0]), owner_ids=as_int(cols[1]), ceiling=as_int(cols[2]),
+                chain_loss=as_int(cols[3]), oneshot_loss=as_int(cols[4]),
+                paused=np.fromiter(cols[5], dtype=bool, count=n),
+                withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n), has_raw=has_raw,
+                sealed=list(cols[7]) if inputs else [], charged=int(charged_micro))
+
+
+def eligible_count(attribute: Attribute, cohort: int | None, spec: Spec) -> tuple[int, int]:
+    """``(candidates, eligible)`` now, without locks (sizes a request: in this request or in Celery)."""
+    p = pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
+    return int(p.value_ids.size), int(p.eligible.sum())
+
+
+# ================================================================================================== drawing
+
+def _pum(attribute: Attribute, x: np.ndarray, tags: np.ndarray):
+    """PUM pre-processing (spec uldp.md): the common mechanism's inputs over ``k + kappa`` values and its
+    sensitive set extended by the bots.  Without tags (kappa = 0) the inputs are unchanged."""
+    k = len(attribute.labels)
+    kappa = len(attribute.pum_tags)
+    tags = np.where((tags >= 0) & (tags < kappa), tags, -1)
+    return uldp.pum_preprocess(x, k, domain.sensitive_indices(attribute), tags, kappa)
+
+
+def draw(attribute: Attribute, spec: Spec, payload: np.ndarray, rng=None) -> np.ndarray:
+    """One vectorized mechanism call over the included values' payloads: (n, width) int outputs."""
+    eps = float(spec.charged)
+    mech = spec.mechanism
+    n = payload.shape[0]
+    if mech in (M.URR, M.URAP):
+        x = domain.oneshot_inputs(attribute, payload)
+        z = _pum(attribute, x, domain.pum_tags_of(payload))
+        if mech == M.URR:
+            return uldp.urr_perturb(z.values, z.k, z.sensitive, eps, rng).reshape(n, 1)
+        theta = spec.value("theta") if "theta" in spec.parameters else None
+        return uldp.urap_perturb(z.values, z.k, z.sensitive, eps, rng, theta).astype(np.int64)
+    if mech == M.RR3:
+        x = domain.oneshot_inputs(attribute, payload)
+        return rr3.perturb(x, rr3_matrix(spec), rng).reshape(n, 1)
+    if mech == M.LPP:
+        w = domain.oneshot_inputs(attribute, payload)
+        return rr3.lpp_report(w, attribute.num_items, spec.value("eps1"), spec.value("eps2"), rng)
+    if mech == M.PRIVATE_SAMPLE:
+        p = domain.oneshot_inputs(attribute, payload)
+        return np.asarray(private_sampling.sample(p, domain.prior_of(attribute), eps, rng),
+                          dtype=np.int64).reshape(n, 1)
+    raise PurchaseError(f"{mech} is not a one-shot purchase mechanism")  # pragma: no cover
+
+
+def rr3_matrix(spec: Spec) -> np.ndarray:
+    """EWRR3 at ``p* = e^eps/(e^eps + 2)`` (exactly eps-LDP), or RR3‡ at ``p_i = e^eps_i/(e^eps_i + 1)``."""
+    if spec.parameters.get("family") == "rr3_ddagger":
+        keep = lambda e: 1.0 / (1.0 + math.exp(-e))  # noqa: E731
+        return rr3.rr3_ddagger(keep(spec.value("eps1")), keep(spec.value("eps2")))
+    return rr3.ewrr_matrix(3, 1.0 / (1.0 + 2.0 * math.exp(-float(spec.charged))))
+
+
+def survey_design(spec: Spec, N: int):
+    """``(design, charged)``: the device's parameters for N respondents and the exact epsilon each report costs."""
+    eps = float(spec.epsilon)
+    if spec.mechanism == M.WARNER:
+        return {"p": surveys.warner_probability(eps)}, spec.epsilon
+    if spec.mechanism == M.SIMMONS:
+        pi_b = spec.value("pi_b")
+        return {"p": surveys.simmons_probability(eps, pi_b), "pi_b": pi_b}, spec.epsilon
+    if spec.mechanism == M.CHRISTOFIDES:
+        return {"probs": surveys.christofides_optimal_probs(eps, spec.value("p2"))}, spec.epsilon
+    counts = ic_deck(N, spec.epsilon, spec.value("p2"))
+    return {"counts": counts}, ceil6(deck_level(counts))
+
+
+def run_survey(spec: Spec, design: dict, x: np.ndarray, rng=None) -> dict:
+    """Every respondent answers once; returns only the aggregate (estimate, closed-form variance, N)."""
+    N = int(x.size)
+    mech = spec.mechanism
+    if mech == M.WARNER:
+        reports = surveys.warner_perturb(x, design["p"], rng)
+        est = surveys.warner_estimate(reports, design["p"])
+        var = surveys.warner_variance(design["p"], N)
+        note = "census variance p(1-p)/(N(2p-1)^2); it does not depend on the proportion"
+    elif mech == M.SIMMONS:
+        reports = surveys.simmons_perturb(x, design["p"], design["pi_b"], rng)
+        est = surveys.simmons_estimate(reports, design["p"], design["pi_b"])
+        var = surveys.simmons_variance(design["p"], design["pi_b"], min(max(est, 0.0), 1.0), N)
+        note = "census variance (eq. 2) at the estimate clipped to [0, 1]"
+    elif mech == M.CHRISTOFIDES:
+        reports = surveys.christofides_perturb(x, design["probs"], rng)
+        est = surveys.christofides_estimate(reports, design["probs"])
+        var = surveys.christofides_variance(design["probs"], N)
+        note = "census variance VarY/(N D^2); it does not depend on the proportion"
+    else:
+        reports = surveys.improved_christofides_deal(x, design["counts"], rng)
+        est = surveys.improved_christofides_estimate(reports, design["counts"])
+        var = surveys.improved_christofides_variance(design["counts"], min(max(est, 0.0), 1.0))
+        note = ("census variance 4 pi(1-pi) VarY/((N-1) D^2) at the estimate clipped to [0, 1]; valid only "
+                "because every dealt respondent answered exactly once")
+    del reports  # the individual reports never leave this function
+    se = math.sqrt(max(var, 0.0))
+    z = 1.959963984540054
+    return {"estimate": float(est), "variance": float(var), "standard_error": se, "ci95_low": float(est) - z * se,
+            "ci95_high": float(est) + z * se, "n": N, "variance_note": note}
+
+
+# ================================================================================================ executing
+
+def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
+    """Run a claimed one-shot purchase or survey in one transaction (idempotent: a completed one is returned).
+
+    ``progress(done, total)`` as ``purchase_execute``; ``max_price`` refuses, under the locks, a purchase that
+    would cost more (a quote's price guard).  See the module docstring for the rules.
+    """
+    with transaction.atomic():
+        purchase = (Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer")
+                    .get(id=purchase_id))
+        if purchase.status == Purchase.Status.COMPLETED:
+            return purchase
+        if not purchase.is_oneshot:
+            raise PurchaseError("This is a chain purchase: run it with market.purchases.purchase_execute.")
+        attribute, buyer = purchase.attribute, purchase.buyer
+        spec = spec_of(purchase)
+        try:
+            policy = PricePolicy.parse(attribute.price_policy)
+        except PolicyError as exc:
+            raise PurchaseError(f"This attribute's price policy is invalid: {exc}") from None
+        cand = pool(attribute, purchase.cohort, to_micro(spec.charged), lock=True, inputs=True)
+        total_steps = 2 * int(cand.value_ids.size)
+        inc = np.flatnonzero(cand.eligible)
+        payload = sealing.open_inputs([bytes(cand.sealed[i]) for i in inc], cand.owner_ids[inc],
+                                      [attribute.id] * inc.size, domain.payload_bytes(attribute))
+        parameters = dict(purchase.parameters or {})
+        charged = spec.charged
+        result = None
+        outputs = None
+        if spec.is_survey:
+            if inc.size == 0:
+                raise TooFewRespondents("No owner can answer this survey now: see the quote for why.")
+            design, charged = survey_design(spec, int(inc.size))
+            if "counts" in design:
+                parameters["deck"] = [int(c) for c in design["counts"]]
+            x = domain.from_payload(attribute, payload).reshape(-1)
+            result = {**run_survey(spec, design, x, rng), "mechanism": str(spec.mechanism), "epsilon": str(charged),
+                      "guarantee": str(spec.guarantee), "guarantee_label": guarantee_label(spec.guarantee)}
+        elif inc.size:
+            outputs = draw(attribute, spec, payload, rng)
+        if progress:
+            progress(total_steps // 2, total_steps)
+        e = to_micro(charged)
+        if e > to_micro(spec.charged):  # pragma: no cover - ic_deck guarantees the realised level <= target
+            raise PurchaseError("The realised epsilon exceeds what the values were checked for.")
+
+        unit = int(policy.units(np.array([e]))[0])
+        charge = np.full(inc.size, unit, dtype=np.int64)
+        owner_share = policy.owner_units(charge)
+        owners = cand.owner_ids[inc]
+        accounts = _lock_money(buyer, owners[owner_share > 0])
+        total = int(charge.sum())
+        if max_price is not None and units_to_decimal(total) > max_price:
+            raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
+        if accounts.buyer[1] < total:
+            raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
+                                     f"{units_to_decimal(accounts.buyer[1])}.")
+
+        now = timezone.now()
+        after = cand.oneshot_loss[inc] + e
+        bulk.update_rows(BudgetAccount._meta.db_table, "value_id", ["oneshot_loss", "updated_at"],
+                         zip(cand.value_ids[inc].tolist(), _decimals(after), [now] * inc.size),
+                         types={"value_id": "bigint", "oneshot_loss": "numeric(12,6)", "updated_at": "timestamptz"})
+        if inc.size:
+            ledger.append(_release_rows(cand, inc, e, purchase.id, spec.guarantee))
+        _move_money(purchase, accounts, owners, charge, owner_share)
+        if outputs is not None:
+            _write_chunks(purchase, cand.value_ids[inc], outputs)
+
+        if progress:
+            progress(total_steps, total_steps)
+        excluded = cand.excluded()
+        purchase.candidates = int(cand.value_ids.size)
+        purchase.included = int(inc.size)
+        purchase.excluded_ceiling = excluded["ceiling"]
+        purchase.excluded_paused = excluded["paused"]
+        purchase.excluded_withdrawn = excluded["withdrawn"]
+        purchase.excluded_no_raw = excluded["no_raw"]
+        purchase.new_points = 0
+        purchase.price = units_to_decimal(total)
+        purchase.charged_epsilon = charged
+        purchase.parameters = parameters
+        purchase.result = result
+        purchase.status = Purchase.Status.COMPLETED
+        purchase.completed_at = now
+        purchase.error = ""
+        purchase.save()
+    return purchase
+
+
+def _decimals(micros: np.ndarray) -> list:
+    distinct, inverse = np.unique(micros, return_inverse=True)
+    table = [from_micro(int(v)) for v in distinct.tolist()]
+    return [table[i] for i in inverse.reshape(-1).tolist()]
+
+
+def _release_rows(cand: Pool, inc: np.ndarray, e: int, purchase_id: int, guarantee: str) -> ledger.Rows:
+    rows = ledger.Rows.empty(inc.size)
+    rec = rows.records
+    rec["value"] = cand.value_ids[inc]
+    rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.ONESHOT_RELEASE)
+    rec["epsilon"] = e
+    rec["reference"] = purchase_id
+    rec["chain_before"] = rec["chain_after"] = cand.chain_loss[inc]
+    rec["oneshot_before"] = cand.oneshot_loss[inc]
+    rec["oneshot_after"] = cand.oneshot_loss[inc] + e
+    rec["ceiling"] = cand.ceiling[inc]
+    rec["guarantee"] = ledger.GUARANTEES.index(guarantee)
+    return rows
+
+
+def execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
+    """Run any claimed purchase: one-shot and surveys here, chain purchases with ``purchases.purchase_execute``."""
+    from .purchases import purchase_execute
+
+    mechanism = Purchase.objects.filter(id=purchase_id).values_list("mechanism", flat=True).first()
+    if mechanism is not None and mechanism != M.GRADUAL_RR:
+        return oneshot_execute(purchase_id=purchase_id, rng=rng, progress=progress, max_price=max_price)
+    return purchase_execute(purchase_id=purchase_id, rng=rng, progress=progress, max_price=max_price)

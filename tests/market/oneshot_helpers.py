@@ -1,0 +1,38 @@
+"""Helpers for the one-shot and survey tests (not a test module)."""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from accounts.models import MoneyAccount, MoneyEntry
+from market import oneshot
+from market.models import Purchase
+from market.pricing import DEFAULT_POLICY
+from tests.factories import BuyerFactory, contribute
+
+POLICY = DEFAULT_POLICY
+
+
+def funded_buyer(amount: str = "1000"):
+    from decimal import Decimal
+
+    buyer = BuyerFactory()
+    account, _ = MoneyAccount.objects.get_or_create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    account.balance = Decimal(amount)
+    account.save(update_fields=["balance"])
+    MoneyEntry.objects.create(account=account, amount=Decimal(amount), balance_after=Decimal(amount), memo="deposit")
+    return buyer
+
+
+def values(attribute, raws, *, ceiling="5", seed=0, prefix=None):
+    return contribute(attribute, list(raws), ceiling=ceiling, rng=np.random.default_rng(seed),
+                      prefix=prefix or f"os{attribute.id}-{uuid.uuid4().hex[:6]}")
+
+
+def run(buyer, attribute, *, rng=None, key=None, cohort=None, max_price=None, **request) -> Purchase:
+    """Claim and execute a one-shot purchase or survey through the services."""
+    spec = oneshot.parse_spec(attribute, **request)
+    purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=cohort,
+                                        idempotency_key=key or uuid.uuid4().hex)
+    return oneshot.oneshot_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)
