@@ -24,8 +24,9 @@ Memory, "flat in n (batches)": in one extra untimed run per n with
 allocations); it must not grow with n (<= 1.5x from 10^5 to 10^6).  Also shown,
 for the whole task: the peak resident set size (kernel high-water mark reset
 through ``/proc/self/clear_refs`` just before the run, minus the resident size
-before it) and the tracemalloc peak -- these include the list of every id
-that ``chains_extend`` builds before its batches (about 36 bytes per value).
+before it) and the tracemalloc peak (``chains_extend`` streams the ids from one
+server-side cursor, a batch at a time, so neither should grow with n beyond
+what the process keeps between runs).
 
 Set-up (not timed) writes the rows with ``COPY`` instead of
 ``market.services.values_create_many``, which seals each raw value with its own
@@ -65,7 +66,6 @@ STEPS = 9  # grid points added per chain: 0.2 .. 1.0
 LENGTH = STEPS + 1
 TARGET = 0.30
 FLAT_FACTOR = 1.5  # "flat": per-batch memory grows by at most this factor when n grows 10x
-ID_LIST_BYTES = 36  # a Python int (28 bytes) and its list slot (8 bytes)
 DB_NAME = "ldpbench"
 SEED = 20240126  # set-up data only (true categories); every timed draw uses the secure default source
 
@@ -522,7 +522,7 @@ def main() -> dict:
                 f"({100 * r['phases_best_round'].get(p, 0.0) / r['task_seconds']:.0f}%)" for r in results]
          for p in phase_names],
         title="Where the task's time goes (fast path, summed over batches; 'other' includes chains_extend's "
-              "query listing every id)")
+              "server-side cursor streaming the ids)")
     small, big = results[0], results[-1]
     factor = big["n"] / small["n"]
     growth = big["rss_peak_growth_kib"] / max(small["rss_peak_growth_kib"], 1)
@@ -544,8 +544,7 @@ def main() -> dict:
         rss = [r["rss_peak_growth_kib"] / 1024 for r in (small, big)]
         traced = [r["tracemalloc_peak_bytes"] / 2**20 for r in (small, big)]
         print(f"info  whole task: peak RSS growth x{growth:.2f} ({rss[0]:.0f} -> {rss[1]:.0f} MiB), "
-              f"tracemalloc peak x{traced_growth:.2f} ({traced[0]:.0f} -> {traced[1]:.0f} MiB): "
-              f"chains_extend lists every id first (about {ID_LIST_BYTES} bytes per value)")
+              f"tracemalloc peak x{traced_growth:.2f} ({traced[0]:.0f} -> {traced[1]:.0f} MiB)")
     elapsed = time.perf_counter() - t0
     result = {
         "machine": info,

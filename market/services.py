@@ -5,6 +5,8 @@ work is enqueued only on commit.
 """
 from __future__ import annotations
 
+import itertools
+
 from datetime import datetime
 
 import numpy as np
@@ -144,7 +146,8 @@ def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None =
     """Grow every chain of the attribute whose ceiling passed its next grid point; returns values extended.
 
     Batches of ``batch_size`` values, each its own transaction, taken in
-    value-id order by keyset (memory stays flat in the number of values): the
+    value-id order (memory stays flat in the number of values: on PostgreSQL
+    the ids stream from one server-side cursor, elsewhere by keyset): the
     rows are locked (``FOR UPDATE``, blocking, in value-id order as purchases
     lock them; PostgreSQL re-checks the filter after a wait, so a chain another
     worker just extended is not extended again), re-read, advanced by
@@ -157,6 +160,15 @@ def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None =
     grid = chains.Grid.of(attribute)
     pending = _extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True)
     extended, last = 0, 0
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # One query, streamed: a server-side cursor (WITH HOLD in autocommit, so it outlives each batch's
+        # commit) hands out the ids batch by batch.  Re-running the join per batch (keyset) costs a scan per
+        # batch, quadratic in n.  A listed id that no longer needs growth is skipped under its lock.
+        stream = pending.iterator(chunk_size=batch_size)
+        while ids := list(itertools.islice(stream, batch_size)):
+            with transaction.atomic():
+                extended += _extend_batch(attribute, grid, ids, rng)
+        return extended
     while True:
         ids = list(pending.filter(value_id__gt=last)[:batch_size])
         if not ids:

@@ -235,3 +235,23 @@ def test_celery_is_configured_for_redelivery_and_beat_advances_schedules(setting
     assert "market.tasks.extend_chains" in app.tasks and "market.tasks.advance_schedules" in app.tasks
     beat = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
     assert "market.tasks.advance_schedules" in beat
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_the_ids_to_extend_are_listed_by_one_query_streamed_across_batches():
+    """Re-running the listing join per batch costs a scan per batch (quadratic in the number of values):
+    outside a transaction the ids stream from one server-side cursor, each batch still its own transaction."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    attribute = CategoricalAttributeFactory()
+    vs = contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2")
+    set_ceilings(vs, "0.5")
+    with CaptureQueriesContext(connection) as ctx:
+        assert chains_extend(attribute_id=attribute.id, batch_size=7) == 60
+    listings = [q["sql"] for q in ctx.captured_queries if 'SELECT "market_chain"."value_id"' in q["sql"]]
+    assert len(listings) == 1 and "CURSOR WITH HOLD" in listings[0], listings
+    assert sum(q["sql"] == "COMMIT" for q in ctx.captured_queries) >= 9  # ceil(60 / 7) batch transactions
+    assert all(e.tolist() == grid("0.1", "0.5") for e, _ in stored_chains(attribute).values())
+    assert chains_extend(attribute_id=attribute.id, batch_size=7) == 0
