@@ -411,6 +411,21 @@ def draw(attribute: Attribute, spec: Spec, payload: np.ndarray, rng=None) -> np.
     raise PurchaseError(f"{mech} is not a one-shot purchase mechanism")  # pragma: no cover
 
 
+#: Bytes of opened inputs or drawn outputs (as int64) one draw batch may hold.
+DRAW_BATCH_BYTES = 64 * 2**20
+
+
+def draw_batch(attribute: Attribute) -> int:
+    """Values per draw batch: ``DRAW_BATCH_BYTES`` over the wider of a value's input and its int64 outputs."""
+    return max(1, DRAW_BATCH_BYTES // max(domain.payload_bytes(attribute), 8 * attribute.width, 1))
+
+
+def _open(attribute: Attribute, cand, rows: np.ndarray) -> np.ndarray:
+    """The sealed inputs of ``cand``'s ``rows``, opened in one call."""
+    return sealing.open_inputs([bytes(cand.sealed[i]) for i in rows], cand.owner_ids[rows],
+                               [attribute.id] * rows.size, domain.payload_bytes(attribute))
+
+
 def rr3_matrix(spec: Spec) -> np.ndarray:
     """EWRR3 at ``p* = e^eps/(e^eps + 2)`` (exactly eps-LDP), or RR3‡ at ``p_i = e^eps_i/(e^eps_i + 1)``."""
     if spec.parameters.get("family") == "rr3_ddagger":
@@ -489,8 +504,6 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
         cand = pool(attribute, purchase.cohort, to_micro(spec.charged), lock=True, inputs=True)
         total_steps = 2 * int(cand.value_ids.size)
         inc = np.flatnonzero(cand.eligible)
-        payload = sealing.open_inputs([bytes(cand.sealed[i]) for i in inc], cand.owner_ids[inc],
-                                      [attribute.id] * inc.size, domain.payload_bytes(attribute))
         parameters = dict(purchase.parameters or {})
         charged = spec.charged
         result = None
@@ -501,11 +514,16 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
             design, charged = survey_design(spec, int(inc.size))
             if "counts" in design:
                 parameters["deck"] = [int(c) for c in design["counts"]]
-            x = domain.from_payload(attribute, payload).reshape(-1)
+            x = domain.from_payload(attribute, _open(attribute, cand, inc)).reshape(-1)
             result = {**run_survey(spec, design, x, rng), "mechanism": str(spec.mechanism), "epsilon": str(charged),
                       "guarantee": str(spec.guarantee), "guarantee_label": guarantee_label(spec.guarantee)}
         elif inc.size:
-            outputs = draw(attribute, spec, payload, rng)
+            # In bounded batches (one vectorized draw each): a graph's or distribution's inputs and a uRAP
+            # report are wide, so opening every input at once would take memory in proportion to n * width.
+            outputs = np.empty((inc.size, attribute.width), dtype=np.int16)
+            for start in range(0, inc.size, draw_batch(attribute)):
+                part = inc[start:start + draw_batch(attribute)]
+                outputs[start:start + part.size] = draw(attribute, spec, _open(attribute, cand, part), rng)
         if progress:
             progress(total_steps // 2, total_steps)
         e = to_micro(charged)

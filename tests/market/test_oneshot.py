@@ -560,3 +560,31 @@ def test_the_linear_terms_behind_estimates_and_quotes_match_the_mechanisms(mecha
     m = a + b * p
     np.testing.assert_allclose((m * (1 - m) / (100 * b * b)).sum(),
                                uldp.expected_l2(p, S, 0.9, 100, mechanism, th), rtol=1e-9)
+
+
+@pytest.mark.parametrize("mechanism, request_", [("lpp", {"eps1": "1", "eps2": "1"}), ("urap", {"epsilon": "1"}),
+                                                 ("private_sample", {"epsilon": "1"})])
+def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order(mechanism, request_, monkeypatch):
+    """Each draw batch holds at most ``DRAW_BATCH_BYTES`` of inputs or outputs; the stored outputs are the
+    batches' outputs in value order (nothing lost, repeated or shuffled by the batching)."""
+    factory, raws = FACTORIES[mechanism]
+    attribute = factory(price_policy=POLICY)
+    vs = values(attribute, raws * 4, ceiling="3")
+    per_value = max(domain.payload_bytes(attribute), 8 * attribute.width)
+    monkeypatch.setattr(oneshot, "DRAW_BATCH_BYTES", 3 * per_value)  # three values per batch
+    drawn, real = [], oneshot.draw
+
+    def spy(attribute_, spec, payload, rng=None):
+        out = real(attribute_, spec, payload, rng)
+        drawn.append(np.asarray(out))
+        return out
+
+    monkeypatch.setattr(oneshot, "draw", spy)
+    purchase = run(funded_buyer(), attribute, rng=np.random.default_rng(3), **request_)
+    assert purchase.included == len(vs)
+    assert [d.shape[0] for d in drawn] == [3] * (len(vs) // 3) + ([len(vs) % 3] if len(vs) % 3 else [])
+    chunks = PurchaseChunk.objects.filter(purchase=purchase).order_by("seq")
+    ids = np.concatenate([np.frombuffer(bytes(c.value_ids), dtype="<i8") for c in chunks])
+    out = np.concatenate([np.frombuffer(bytes(c.outputs), dtype="<i2") for c in chunks]).reshape(ids.size, -1)
+    assert ids.tolist() == sorted(v.id for v in vs)
+    np.testing.assert_array_equal(out, np.concatenate(drawn))
