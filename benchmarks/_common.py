@@ -79,6 +79,14 @@ def per_call_seconds(loop: Callable[[Sequence[object]], object], inputs: Callabl
 
 # --------------------------------------------------------------------------- formatting
 
+def pow10(n: int) -> str:
+    """``10^k`` when n is a power of ten, else n."""
+    import math
+
+    e = round(math.log10(n))
+    return f"10^{e}" if 10**e == n else str(n)
+
+
 def si(value: float, unit: str = "") -> str:
     """``12.3 M`` style: three significant digits and an SI prefix."""
     if value != value or value in (float("inf"), float("-inf")):

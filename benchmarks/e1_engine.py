@@ -57,9 +57,6 @@ NUMPY_KRR = "numpy k-RR (PCG64, not secure)"
 ENGINE = ("perturb", "relax", "bridge", "tighten", "chain")
 
 
-def _pow10(n: int) -> str:
-    e = round(math.log10(n))
-    return f"10^{e}" if 10**e == n else str(n)
 
 
 def _block_size() -> int:
@@ -272,7 +269,7 @@ def main() -> dict:
     _common.print_machine(info)
     block = _block_size()
     print(f"E1 relaxation engine: secure default RNG (rng=None); best of {ROUNDS[N_VALUES[0]]} rounds "
-          f"(n={_pow10(N_VALUES[0])}) / {ROUNDS[N_VALUES[-1]]} rounds (n={_pow10(N_VALUES[-1])}), cases "
+          f"(n={_common.pow10(N_VALUES[0])}) / {ROUNDS[N_VALUES[-1]]} rounds (n={_common.pow10(N_VALUES[-1])}), cases "
           f"interleaved per round; random sources drawn in blocks of {block} words (the engine's block)",
           flush=True)
 
@@ -280,7 +277,7 @@ def main() -> dict:
     for n in N_VALUES:
         for m in M_VALUES:
             engine.extend(measure_engine(n, m, ROUNDS[n], block))
-            print(f"  measured n={_pow10(n)}, m={m} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"  measured n={_common.pow10(n)}, m={m} ({time.perf_counter() - t0:.0f} s)", flush=True)
     peers: list[dict] = []
     for m in M_VALUES:
         peers.extend(measure_peers(m))
@@ -294,7 +291,7 @@ def main() -> dict:
               "perturb": f"perturb (k-RR eps {EPS_KRR:g})"}
     rows = []
     for r in engine:
-        rows.append([labels.get(r["case"], r["case"]), _pow10(r["n"]), "-" if r["m"] is None else r["m"],
+        rows.append([labels.get(r["case"], r["case"]), _common.pow10(r["n"]), "-" if r["m"] is None else r["m"],
                      _common.si(r["rate"], "/s"), f"{r['ns_per_output']:.2f}",
                      _pct(r["fraction_of_urandom"]), _pct(r["fraction_of_chacha20"])])
     shown = rows
@@ -317,7 +314,7 @@ def main() -> dict:
             peer_rows.append([p["peer"], p["m"], f"unavailable: {p['unavailable']}"])
     _common.print_table(
         ["peer (per-value client, eps 1)", "m", "calls timed", "us/output", "outputs/s", "spec us",
-         f"relax(n={_pow10(N_VALUES[-1])})/peer"], peer_rows,
+         f"relax(n={_common.pow10(N_VALUES[-1])})/peer"], peer_rows,
         title="Peers, per output (Python loop over per-value calls, best of 3 after calibration to >= 0.5 s)")
     printed = set()
     for p in peers:  # each peer's note once (its first m: where numba compiled)
@@ -330,7 +327,7 @@ def main() -> dict:
     print("Targets (quality.md E1):")
     for t in targets:
         verdict = "UNAVAILABLE" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
-        print(f"{verdict:4}  {t['target']:42}  n={_pow10(t['n'])}, m={t['m']:<2}: {t['detail']}")
+        print(f"{verdict:4}  {t['target']:42}  n={_common.pow10(t['n'])}, m={t['m']:<2}: {t['detail']}")
     elapsed = time.perf_counter() - t0
     result = {
         "machine": info,

@@ -44,16 +44,19 @@ Run: ``python -m benchmarks e2``; figures go to ``benchmarks/results/e2_extensio
 """
 from __future__ import annotations
 
-import math
 import os
 import struct
 import time
 import tracemalloc
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from . import _common
+from ._postgres import admin as _admin
+from ._postgres import checkpoint as _checkpoint
+from ._postgres import server_url, setup_django
+from ._postgres import with_db as _with_db
 
 NAME = "e2_extension"
 N_VALUES = tuple(int(float(x)) for x in os.environ.get("E2_N", "1e5,1e6").split(","))  # E2_N: a quicker run
@@ -74,59 +77,7 @@ INITIAL_TABLE = "e2_chain_initial"
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
 
 
-def _pow10(n: int) -> str:
-    e = round(math.log10(n))
-    return f"10^{e}" if 10**e == n else str(n)
-
-
 # --------------------------------------------------------------------------- database and Django
-
-def _server_url() -> str:
-    url = os.environ.get("E2_POSTGRES_URL") or os.environ.get("DATABASE_URL") or ""
-    if not url.startswith(("postgres://", "postgresql://")):
-        url = "postgresql://postgres@127.0.0.1:5432/"
-    parts = urlsplit(url)
-    return urlunsplit(("postgresql", parts.netloc, "/", "", ""))
-
-
-def _with_db(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
-
-
-def _admin(url: str, sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_with_db(url, "postgres"), autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def _setup_django(db_url: str) -> None:
-    """Point Django at the benchmark database (before ``django.setup()``) and migrate it."""
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ldpmarket.settings")
-    for key, value in (("DJANGO_SECRET_KEY", "e2-benchmark-secret"),
-                       ("LDP_VALUE_KEY", "e2-benchmark-value-key"),
-                       ("LDP_PSEUDONYM_KEY", "e2-benchmark-pseudonym-key")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-    from django.apps import apps
-
-    if apps.ready:  # Django already set up by another benchmark in this process: repoint its connection
-        from django.db import connections
-
-        conn = connections["default"]
-        conn.close()
-        parts = urlsplit(db_url)
-        conn.settings_dict.update(NAME=DB_NAME, HOST=parts.hostname or "", PORT=str(parts.port or ""),
-                                  USER=parts.username or "", PASSWORD=parts.password or "")
-    else:
-        django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
-
 
 # --------------------------------------------------------------------------- set-up
 
@@ -202,17 +153,6 @@ def _reset_chains() -> None:
     with connection.cursor() as c:
         c.execute("VACUUM ANALYZE market_chain")
     _checkpoint()
-
-
-def _checkpoint() -> None:
-    """Flush dirty pages before a timed run: no run pays for an earlier one's checkpoint (superuser only)."""
-    from django.db import connection
-
-    try:
-        with connection.cursor() as c:
-            c.execute("CHECKPOINT")
-    except Exception:  # not a superuser: go on without
-        pass
 
 
 # --------------------------------------------------------------------------- the limit: raw COPY
@@ -414,7 +354,7 @@ def measure(n: int, rounds: int) -> dict:
                   f"length integer, head numeric(12, 6), head_output bytea, updated_at timestamptz)")
         c.execute(f"DROP TABLE IF EXISTS {UNIQUE_TABLE}")
         c.execute(f"CREATE TABLE {UNIQUE_TABLE} (LIKE {LIMIT_TABLE}, UNIQUE (value_id, head))")
-    print(f"  set up n={_pow10(n)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"  set up n={_common.pow10(n)} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     copy_best, task_best, task_runs = float("inf"), float("inf"), []
     update_best = unique_best = float("inf")
@@ -426,7 +366,7 @@ def measure(n: int, rounds: int) -> dict:
         run = _run_task(attribute_id, n)
         task_runs.append(run)
         task_best = min(task_best, run["seconds"])
-        print(f"  n={_pow10(n)} round {r + 1}/{rounds}: COPY {n / copy_best:,.0f} rows/s best, "
+        print(f"  n={_common.pow10(n)} round {r + 1}/{rounds}: COPY {n / copy_best:,.0f} rows/s best, "
               f"task {n / run['seconds']:,.0f} values/s ({run['seconds']:.2f} s)", flush=True)
     _check_chains(attribute_id)
     with connection.cursor() as c:
@@ -465,7 +405,7 @@ def main() -> dict:
     t0 = time.perf_counter()
     info = _common.machine_info()
     _common.print_machine(info)
-    server = _server_url()
+    server = server_url("E2_POSTGRES_URL")
     db_url = _with_db(server, DB_NAME)
     print(f"E2 chain extension on PostgreSQL (database {DB_NAME} on {urlsplit(server).hostname}): "
           f"Celery task extend_chains (apply, synchronous), {STEPS} grid steps per value "
@@ -475,7 +415,7 @@ def main() -> dict:
     _admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     _admin(server, f"CREATE DATABASE {DB_NAME}")
     try:
-        _setup_django(db_url)
+        setup_django(db_url, DB_NAME)
         from django.db import connection
 
         with connection.cursor() as c:
@@ -496,7 +436,7 @@ def main() -> dict:
 
     rows = []
     for r in results:
-        rows.append([_pow10(r["n"]), f"{r['batches']} x {r['batch_size']:,}",
+        rows.append([_common.pow10(r["n"]), f"{r['batches']} x {r['batch_size']:,}",
                      _common.si(r["task_values_per_second"], "/s"), f"{r['task_seconds']:.2f}",
                      _common.si(r["copy_rows_per_second"], "/s"), f"{r['copy_seconds']:.2f}",
                      f"{100 * r['ratio_to_copy']:.1f}%", "PASS" if r["pass"] else "FAIL",
@@ -510,14 +450,14 @@ def main() -> dict:
     _common.print_table(
         ["n", "raw COPY s", "UPDATE of the same rows s", "its rate of COPY's", "COPY with UNIQUE (value_id, head) s",
          "its rate of COPY's"],
-        [[_pow10(r["n"]), f"{r['copy_seconds']:.2f}", f"{r['reference_update_seconds']:.2f}",
+        [[_common.pow10(r["n"]), f"{r['copy_seconds']:.2f}", f"{r['reference_update_seconds']:.2f}",
           f"{100 * r['reference_update_ratio_to_copy']:.0f}%", f"{r['reference_unique_copy_seconds']:.2f}",
           f"{100 * r['reference_unique_copy_ratio_to_copy']:.0f}%"] for r in results],
         title="Reference bounds (same rows, same run; writes alone, nothing read, locked or computed): rewriting "
               "each chain row in place, and appending it under a fork-proof unique key")
     phase_names = list(results[0]["phases_best_round"])
     _common.print_table(
-        ["phase (best round)"] + [_pow10(r["n"]) for r in results],
+        ["phase (best round)"] + [_common.pow10(r["n"]) for r in results],
         [[p] + [f"{r['phases_best_round'].get(p, 0.0):.2f} s "
                 f"({100 * r['phases_best_round'].get(p, 0.0) / r['task_seconds']:.0f}%)" for r in results]
          for p in phase_names],
@@ -532,13 +472,13 @@ def main() -> dict:
     print("Targets (quality.md E2):")
     for r in results:
         verdict = "PASS" if r["pass"] else "FAIL"
-        print(f"{verdict:4}  extension >= {TARGET:.0%} of raw COPY   n={_pow10(r['n'])}: "
+        print(f"{verdict:4}  extension >= {TARGET:.0%} of raw COPY   n={_common.pow10(r['n'])}: "
               f"{100 * r['ratio_to_copy']:.1f}% ({r['task_values_per_second']:,.0f} values/s vs "
               f"{r['copy_rows_per_second']:,.0f} rows/s; rows {r['chain_row_bytes']:.0f} B vs "
               f"{r['limit_row_bytes']:.0f} B)")
     if len(results) > 1:
-        print(f"{'PASS' if flat else 'FAIL':4}  memory flat in n (batches)     {_pow10(small['n'])} -> "
-              f"{_pow10(big['n'])} (x{factor:.0f}): per-batch working memory x{batch_growth:.2f} "
+        print(f"{'PASS' if flat else 'FAIL':4}  memory flat in n (batches)     {_common.pow10(small['n'])} -> "
+              f"{_common.pow10(big['n'])} (x{factor:.0f}): per-batch working memory x{batch_growth:.2f} "
               f"({small['batch_peak_bytes'] / 2**20:.1f} -> {big['batch_peak_bytes'] / 2**20:.1f} MiB; "
               f"pass if <= x{FLAT_FACTOR:g})")
         rss = [r["rss_peak_growth_kib"] / 1024 for r in (small, big)]

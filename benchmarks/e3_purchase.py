@@ -48,16 +48,15 @@ Quicker: ``E3_N=1e4,1e5 E3_ROUNDS=2 python -m benchmarks e3``.
 from __future__ import annotations
 
 import cProfile
-import math
 import os
 import pstats
 import time
 from decimal import Decimal
 from urllib.parse import urlsplit
 
-import numpy as np
 
 from . import _common
+from ._postgres import admin, checkpoint, server_url, setup_django, with_db
 
 NAME = "e3_purchase"
 DB_NAME = "ldpbench_e3"
@@ -75,48 +74,7 @@ FULL_CHAINS = "e3_chain_full"
 CREDIT_PER_VALUE = Decimal("0.01")  # more than the price at 0.35 (0.0035)
 
 
-def _pow10(n: int) -> str:
-    e = round(math.log10(n))
-    return f"10^{e}" if 10**e == n else str(n)
-
-
 # --------------------------------------------------------------------------- database and Django
-
-def _server_url() -> str:
-    from .e2_extension import _server_url as e2_server_url
-
-    url = os.environ.get("E3_POSTGRES_URL")
-    if url:
-        os.environ["E2_POSTGRES_URL"] = url
-    return e2_server_url()
-
-
-def _setup_django(db_url: str, name: str = DB_NAME) -> None:
-    """Point Django at the database ``name`` of ``db_url`` (before ``django.setup()``, or repoint it); migrate."""
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ldpmarket.settings")
-    for key, value in (("DJANGO_SECRET_KEY", "e3-benchmark-secret"),
-                       ("LDP_VALUE_KEY", "e3-benchmark-value-key"),
-                       ("LDP_PSEUDONYM_KEY", "e3-benchmark-pseudonym-key")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-    from django.apps import apps
-
-    if apps.ready:  # set up by another benchmark in this process: repoint its connection at our database
-        from django.db import connections
-
-        conn = connections["default"]
-        conn.close()
-        parts = urlsplit(db_url)
-        conn.settings_dict.update(NAME=name, HOST=parts.hostname or "", PORT=str(parts.port or ""),
-                                  USER=parts.username or "", PASSWORD=parts.password or "")
-    else:
-        django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
-
 
 # --------------------------------------------------------------------------- set-up (untimed)
 
@@ -170,7 +128,7 @@ def _reset() -> None:
         c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
     with connection.cursor() as c:
         c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount")
-    e2._checkpoint()
+    checkpoint()
 
 
 _buyers = 0
@@ -516,7 +474,7 @@ def _subplan_kind(plan: list[str] | None) -> str | None:
 def measure(n: int, rounds: int) -> dict:
     t0 = time.perf_counter()
     attribute_id = _setup(n)
-    print(f"  set up n={_pow10(n)}: values, budgets, chains extended to {CEILING} "
+    print(f"  set up n={_common.pow10(n)}: values, budgets, chains extended to {CEILING} "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     limit_best, purchase_best, runs = float("inf"), float("inf"), []
     timed_out = None
@@ -527,14 +485,14 @@ def measure(n: int, rounds: int) -> dict:
         run = _run_purchase(attribute_id, n, time_bound=MAX_SECONDS)
         if run["timed_out"]:
             timed_out = run
-            print(f"  n={_pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best; purchase "
+            print(f"  n={_common.pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best; purchase "
                   f"CANCELLED after {run['seconds']:.0f} s (E3_MAX_SECONDS), stuck in {run['stuck_in']}; its "
                   f"money-account lock query is planned as: {_subplan_kind(run['money_lock_plan'])}", flush=True)
             break
         _check(attribute_id, n, run["purchase_id"])
         runs.append(run)
         purchase_best = min(purchase_best, run["seconds"])
-        print(f"  n={_pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best, "
+        print(f"  n={_common.pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best, "
               f"purchase {n / run['seconds']:,.0f} values/s ({run['seconds']:.2f} s); money-account lock: "
               f"{_subplan_kind(run['money_lock_plan'])}", flush=True)
     out = {"n": n, "rounds": rounds, "attribute_id": attribute_id, "limit_seconds": limit_best,
@@ -567,20 +525,19 @@ def main() -> dict:
     t0 = time.perf_counter()
     info = _common.machine_info()
     _common.print_machine(info)
-    server = _server_url()
-    from .e2_extension import _admin, _with_db
+    server = server_url("E3_POSTGRES_URL", "E2_POSTGRES_URL")
 
-    db_url = _with_db(server, DB_NAME)
+    db_url = with_db(server, DB_NAME)
     print(f"E3 purchase on PostgreSQL (database {DB_NAME} on {urlsplit(server).hostname}): purchase_claim + "
           f"purchase_execute of n values at epsilon {EPSILON} (every value bridged between 0.3 and 0.4; budgets, "
           f"ledger, holdings, money, outputs); beside it a set-based UPDATE of the same n budget rows (the "
-          f"limit); rounds interleaved, best of {', '.join(f'{_pow10(n)}: {ROUNDS[n]}' for n in N_VALUES)}",
+          f"limit); rounds interleaved, best of {', '.join(f'{_common.pow10(n)}: {ROUNDS[n]}' for n in N_VALUES)}",
           flush=True)
-    _admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-    _admin(server, f"CREATE DATABASE {DB_NAME}")
+    admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    admin(server, f"CREATE DATABASE {DB_NAME}")
     results, skipped, profile = [], [], None
     try:
-        _setup_django(db_url)
+        setup_django(db_url, DB_NAME)
         from django.db import connection
 
         with connection.cursor() as c:
@@ -589,7 +546,7 @@ def main() -> dict:
         for n in N_VALUES:
             rounds = ROUNDS[n]
             if results and not results[-1]["finished"]:
-                note = (f"n={_pow10(n)} NOT MEASURED: n={_pow10(results[-1]['n'])} did not finish within "
+                note = (f"n={_common.pow10(n)} NOT MEASURED: n={_common.pow10(results[-1]['n'])} did not finish within "
                         f"E3_MAX_SECONDS = {MAX_SECONDS:.0f} s")
                 print("  " + note, flush=True)
                 skipped.append({"n": n, "predicted_seconds": None, "note": note})
@@ -598,13 +555,13 @@ def main() -> dict:
                 prev = results[-1]
                 predicted = prev["purchase_seconds"] * n / prev["n"]
                 if predicted > 2 * MAX_SECONDS:
-                    note = (f"n={_pow10(n)} NOT MEASURED: a purchase is predicted to take {predicted:.0f} s "
+                    note = (f"n={_common.pow10(n)} NOT MEASURED: a purchase is predicted to take {predicted:.0f} s "
                             f"(> 2 x E3_MAX_SECONDS = {2 * MAX_SECONDS:.0f} s)")
                     print("  " + note, flush=True)
                     skipped.append({"n": n, "predicted_seconds": predicted, "note": note})
                     continue
                 if predicted * rounds > MAX_SECONDS and rounds > 1:
-                    print(f"  n={_pow10(n)}: a purchase is predicted to take {predicted:.0f} s; one round only "
+                    print(f"  n={_common.pow10(n)}: a purchase is predicted to take {predicted:.0f} s; one round only "
                           f"(E3_MAX_SECONDS = {MAX_SECONDS:.0f} s)", flush=True)
                     rounds = 1
             results.append(measure(n, rounds))
@@ -619,32 +576,32 @@ def main() -> dict:
             connections.close_all()
         except Exception:  # pragma: no cover - Django never set up
             pass
-        _admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     print(flush=True)
 
     base_us = results[0]["us_per_value"] or float("nan")  # None if even the smallest did not finish
 
     def row(r):
         if r["finished"]:
-            return [_pow10(r["n"]), _common.si(r["purchase_values_per_second"], "/s"), f"{r['purchase_seconds']:.3f}",
+            return [_common.pow10(r["n"]), _common.si(r["purchase_values_per_second"], "/s"), f"{r['purchase_seconds']:.3f}",
                     f"{r['us_per_value']:.2f}", f"{r['us_per_value'] / base_us:.2f}",
                     _common.si(r["limit_rows_per_second"], "/s"), f"{r['limit_seconds']:.3f}",
                     f"{100 * r['ratio_to_limit']:.1f}%", "PASS" if r["pass"] else "FAIL"]
-        return [_pow10(r["n"]), "<= " + _common.si(r["purchase_values_per_second_at_most"], "/s"),
+        return [_common.pow10(r["n"]), "<= " + _common.si(r["purchase_values_per_second_at_most"], "/s"),
                 f">= {r['purchase_seconds_at_least']:.0f} (cancelled)", f">= {r['us_per_value_at_least']:.0f}",
                 f">= {r['us_per_value_at_least'] / base_us:.2f}", _common.si(r["limit_rows_per_second"], "/s"),
                 f"{r['limit_seconds']:.3f}", f"<= {100 * r['ratio_to_limit_at_most']:.2f}%", "FAIL"]
 
     _common.print_table(
-        ["n", "purchase values/s", "purchase s", "us/value", "x us/value at " + _pow10(results[0]["n"]),
+        ["n", "purchase values/s", "purchase s", "us/value", "x us/value at " + _common.pow10(results[0]["n"]),
          "limit rows/s", "limit s", "of limit", ">= 20%"],
-        [row(r) for r in results] + [[_pow10(s["n"]), s["note"]] for s in skipped],
+        [row(r) for r in results] + [[_common.pow10(s["n"]), s["note"]] for s in skipped],
         title=f"E3 purchase: values per second of purchase_claim + purchase_execute (bridging at {EPSILON}, ledger, "
               f"money) vs a set-based UPDATE of the same budget rows (the limit); best of the rounds; PostgreSQL "
               f"{pg_version.split()[1]}")
     _common.print_table(
         ["n", "money accounts (_lock_money) s", "us/value", "plan of its SELECT ... FOR UPDATE (user_id IN owners)"],
-        [[_pow10(r["n"]),
+        [[_common.pow10(r["n"]),
           f"{r['phases_best_round'].get('money accounts (_lock_money)', 0.0):.3f}" if r["finished"]
           else f"cancelled in it after {r['purchase_seconds_at_least']:.0f} s" if r["stuck_in"] and "_lock_money"
           in r["stuck_in"] else f"cancelled in {r['stuck_in']}",
@@ -660,7 +617,7 @@ def main() -> dict:
                 phase_names.append(p)
     if finished:
         _common.print_table(
-            ["phase (best round)"] + [_pow10(r["n"]) for r in finished] + ["us/value at " + _pow10(finished[-1]["n"])],
+            ["phase (best round)"] + [_common.pow10(r["n"]) for r in finished] + ["us/value at " + _common.pow10(finished[-1]["n"])],
             [[p] + [f"{r['phases_best_round'].get(p, 0.0):.3f} s "
                     f"({100 * r['phases_best_round'].get(p, 0.0) / r['purchase_seconds']:.0f}%)" for r in finished]
              + [f"{1e6 * finished[-1]['phases_best_round'].get(p, 0.0) / finished[-1]['n']:.2f}"]
@@ -672,7 +629,7 @@ def main() -> dict:
             [[r["function"], f"{r['calls']:,}", f"{r['tottime']:.3f}",
               f"{100 * r['tottime'] / profile['seconds_under_profile']:.1f}%", f"{r['cumtime']:.3f}"]
              for r in profile["top_own_time"]],
-            title=f"cProfile of one purchase at n={_pow10(profile['n'])} (untimed run, "
+            title=f"cProfile of one purchase at n={_common.pow10(profile['n'])} (untimed run, "
                   f"{profile['seconds_under_profile']:.2f} s under the profiler): most own time")
         _common.print_table(
             ["function in the service (cumulative)", "calls", "cum s", "share"],
@@ -694,16 +651,16 @@ def main() -> dict:
     print("Targets (quality.md E3):")
     for r in results:
         if r["finished"]:
-            print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  n={_pow10(r['n'])}: "
+            print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: "
                   f"{100 * r['ratio_to_limit']:.1f}% ({r['purchase_values_per_second']:,.0f} values/s vs "
                   f"{r['limit_rows_per_second']:,.0f} rows/s)")
         else:
-            print(f"FAIL  purchase >= {TARGET:.0%} of the limit  n={_pow10(r['n'])}: DID NOT FINISH, cancelled after "
+            print(f"FAIL  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: DID NOT FINISH, cancelled after "
                   f"{r['purchase_seconds_at_least']:.0f} s in {r['stuck_in']} (<= "
                   f"{100 * r['ratio_to_limit_at_most']:.2f}%; limit {r['limit_rows_per_second']:,.0f} rows/s)")
     if len(results) > 1:
-        print(f"{'PASS' if linear else 'FAIL':4}  linear in n                n={_pow10(small['n'])} -> "
-              f"{_pow10(big['n'])}: time per value x{linear_factor:.2f}{'' if big['finished'] else ' at least'} "
+        print(f"{'PASS' if linear else 'FAIL':4}  linear in n                n={_common.pow10(small['n'])} -> "
+              f"{_common.pow10(big['n'])}: time per value x{linear_factor:.2f}{'' if big['finished'] else ' at least'} "
               f"({small['us_per_value']:.2f} -> {'' if big['finished'] else '>= '}{big_us:.2f} us; "
               f"pass if <= x{LINEAR_FACTOR:g})")
     for s in skipped:

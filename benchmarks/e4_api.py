@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from . import _common
+from . import _postgres as postgres
 
 NAME = "e4_api"
 DB_NAME = "ldpbench_e4"
@@ -72,7 +73,7 @@ def _setup(db_url: str, buyers: int) -> int:
 
     from . import e3_purchase as e3
 
-    e3._setup_django(db_url, DB_NAME)
+    postgres.setup_django(db_url, DB_NAME)
     from django.contrib.auth.hashers import make_password
 
     from accounts.models import MoneyAccount, MoneyEntry, User
@@ -299,20 +300,19 @@ def main() -> dict:
     info = _common.machine_info()
     _common.print_machine(info)
     from . import e3_purchase as e3
-    from .e2_extension import _admin, _with_db
 
     os.environ.setdefault("DJANGO_SECRET_KEY", "e4-benchmark-secret")
     os.environ.setdefault("LDP_VALUE_KEY", "e4-benchmark-value-key")
     os.environ.setdefault("LDP_PSEUDONYM_KEY", "e4-benchmark-pseudonym-key")
-    server_url = e3._server_url()
-    db_url = _with_db(server_url, DB_NAME)
+    server_url = postgres.server_url("E3_POSTGRES_URL", "E2_POSTGRES_URL")
+    db_url = postgres.with_db(server_url, DB_NAME)
     print(f"E4 API under load: gunicorn --workers {WORKERS} --threads {THREADS} on 127.0.0.1 (loopback), "
           f"database {DB_NAME} on {urlsplit(server_url).hostname}, throttles off; attribute of {VALUES} values "
           f"(chains at 0.1 .. 1.0), epsilons {EPSILONS[0]} .. {EPSILONS[-1]} in turn; per level {QUOTES} quotes "
           f"then {PURCHASES} purchases (unique Idempotency-Key each), each phase bounded by {PHASE_SECONDS:.0f} s; "
           f"clients are threads with keep-alive http.client connections", flush=True)
-    _admin(server_url, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-    _admin(server_url, f"CREATE DATABASE {DB_NAME}")
+    postgres.admin(server_url, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    postgres.admin(server_url, f"CREATE DATABASE {DB_NAME}")
     server = None
     levels = []
     server_alive = None
@@ -351,7 +351,7 @@ def main() -> dict:
             connections.close_all()
         except Exception:  # pragma: no cover
             pass
-        _admin(server_url, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        postgres.admin(server_url, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     print(flush=True)
 
     rows = []
