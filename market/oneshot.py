@@ -64,10 +64,10 @@ from ldpmarket import bulk
 from mechanisms import private_sampling, rr3, surveys, uldp
 
 from . import domain, sealing
-from .models import SURVEY_MECHANISMS, Attribute, Purchase
+from .models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from .pricing import PolicyError, PricePolicy, units_to_decimal
 from .purchases import (InsufficientCredit, PriceChanged, PurchaseError, _lock_money,
-                        _move_money, _write_chunks, claim_key, micro)
+                        _move_money, _write_chunks, candidates, claim_key)
 
 M = Purchase.Mechanism
 G = LedgerEntry.Guarantee
@@ -347,26 +347,26 @@ class Pool:
 
 
 def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: bool, inputs: bool) -> Pool:
-    """The candidates, read in one query (``lock``: their budget rows ``FOR UPDATE`` in value-id order)."""
-    qs = BudgetAccount.objects.filter(value__attribute=attribute)
-    if cohort is not None:
-        qs = qs.filter(value__cohort=cohort)
-    if lock:
-        qs = qs.select_for_update(of=("self",))
-    raw = "value__input_sealed" if inputs else "value__raw_deleted_at"
-    rows = list(qs.order_by("value_id").values_list(
-        "value_id", "value__owner_id", micro("ceiling"), micro("chain_loss"), micro("oneshot_loss"), "paused",
-        "value__withdrawn_at", raw))
-    n = len(rows)
-    cols = list(zip(*rows)) if n else [()] * 8
-    as_int = lambda c: np.fromiter(c, dtype=np.int64, count=n)  # noqa: E731
-    has_raw = (np.fromiter((s is not None for s in cols[7]), dtype=bool, count=n) if inputs
-               else np.fromiter((d is None for d in cols[7]), dtype=bool, count=n))
-    return Pool(value_ids=as_int(cols[0]), owner_ids=as_int(cols[1]), ceiling=as_int(cols[2]),
-                chain_loss=as_int(cols[3]), oneshot_loss=as_int(cols[4]),
-                paused=np.fromiter(cols[5], dtype=bool, count=n),
-                withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n), has_raw=has_raw,
-                sealed=list(cols[7]) if inputs else [], charged=int(charged_micro))
+    """The candidates as ``purchases.candidates`` reads them (``lock``: their budget rows ``FOR UPDATE`` in
+    value-id order), and with ``inputs`` the sealed inputs of those that can be charged, aligned by row."""
+    c = candidates(attribute, cohort, 0, lock=lock)
+    p = Pool(value_ids=c.value_ids, owner_ids=c.owner_ids, ceiling=c.ceiling, chain_loss=c.chain_loss,
+             oneshot_loss=c.oneshot_loss, paused=c.paused, withdrawn=c.withdrawn, has_raw=c.has_raw, sealed=[],
+             charged=int(charged_micro))
+    if inputs:
+        # Read under the budget locks (deleting a raw value locks its budget row too): one query over the
+        # attribute's values that hold one, placed by value id.
+        values = Value.objects.filter(attribute=attribute, input_sealed__isnull=False)
+        if cohort is not None:
+            values = values.filter(cohort=cohort)
+        rows = list(values.order_by("id").values_list("id", "input_sealed"))
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        at = np.minimum(np.searchsorted(c.value_ids, ids), max(c.value_ids.size - 1, 0))
+        hit = (c.value_ids[at] == ids) & p.eligible[at] if c.value_ids.size else np.zeros(ids.size, dtype=bool)
+        p.sealed = [None] * c.value_ids.size
+        for k in np.flatnonzero(hit).tolist():
+            p.sealed[at[k]] = rows[k][1]
+    return p
 
 
 def eligible_count(attribute: Attribute, cohort: int | None, spec: Spec) -> tuple[int, int]:
