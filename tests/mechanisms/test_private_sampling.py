@@ -25,6 +25,7 @@ from mechanisms.private_sampling import (f_divergence, kernel_epsilon, kl, minim
 from mechanisms._sampling import draw_categorical, draw_iid
 from mechanisms.random import U64_MAX
 from tests.mechanisms.test_sampling import chi_square_table_p
+from tests.mechanisms.fixed_words import FixedWords
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7
@@ -312,14 +313,6 @@ def test_single_sample_is_an_int_and_batches_are_arrays():
     assert many.tolist() == [0, 1]                        # eps = 50: K is the identity up to e^-50
     assert isinstance(sample([0.2, 0.8], [0.5, 0.5], 1.0), int)   # the secure default
 
-
-class FixedWords:
-    def __init__(self, values):
-        self.values = np.asarray(values, dtype=np.uint64)
-
-    def words(self, n):
-        assert n == self.values.size
-        return self.values
 
 
 def test_integer_thresholds_at_their_boundaries():

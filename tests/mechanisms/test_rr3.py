@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from mechanisms import rr3, rr_matrix
 from mechanisms.random import U64_MAX
 from tests.mechanisms.test_sampling import SECURE_ALPHA, SEEDED_ALPHA, chi_square_p
+from tests.mechanisms.fixed_words import FixedWords
 
 Z = 4.0
 
@@ -358,14 +359,6 @@ def test_perturb_detects_a_one_percent_error_and_never_draws_impossible_outputs(
     y = rr3.perturb(np.repeat(np.arange(3), 20_000), Q, rng(7))
     assert (y[:20_000] == 1).all() and (y[40_000:] == 2).all() and set(y[20_000:40_000]) == {0, 2}
 
-
-class FixedWords:
-    def __init__(self, values):
-        self.values = np.asarray(values, dtype=np.uint64)
-
-    def words(self, n):
-        assert n == self.values.size
-        return self.values
 
 
 def test_integer_boundaries_are_exact():

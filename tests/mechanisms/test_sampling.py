@@ -23,6 +23,7 @@ from mechanisms import (bridge, bridge_matrix, chain, perturb, relax, rr_matrix,
 from mechanisms import _sampling
 from mechanisms.random import SecureRandom, U64_MAX, threshold, uniform_below, words
 from tests.mechanisms.test_exact import joint_law
+from tests.mechanisms.fixed_words import FixedWords
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7
@@ -140,16 +141,6 @@ def test_chi_square_detects_a_small_epsilon_error():
     probs = np.array([step_matrix(e1, e2, m, j)[i] for i, j in pairs])
     assert chi_square_table_p(grouped_counts(group, wrong, len(pairs), m), probs) < 1e-12
 
-
-class FixedWords:
-    """A source returning prescribed words: tests the integer comparisons at their exact boundaries."""
-
-    def __init__(self, values):
-        self.values = np.asarray(values, dtype=np.uint64)
-
-    def words(self, n):
-        assert n == self.values.size
-        return self.values
 
 
 def test_integer_thresholds_decide_exactly_at_their_boundaries():

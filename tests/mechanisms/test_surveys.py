@@ -32,6 +32,7 @@ from mechanisms.surveys import (KIND_PER_REPORT, LABEL_PER_REPORT, christofides_
                                 warner_perturb, warner_probability, warner_variance)
 from mechanisms.random import U64_MAX
 from tests.mechanisms.test_sampling import chi_square_table_p
+from tests.mechanisms.fixed_words import FixedWords
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7
@@ -189,14 +190,6 @@ def test_chi_square_detects_the_papers_swapped_christofides_rule():
     swapped = christofides_perturb(1 - x, probs, rng)
     assert law_p_value(x, swapped, christofides_matrix(probs), offset=1) < 1e-12
 
-
-class FixedWords:
-    def __init__(self, values):
-        self.values = np.asarray(values, dtype=np.uint64)
-
-    def words(self, n):
-        assert n == self.values.size
-        return self.values
 
 
 def test_integer_thresholds_at_their_boundaries():
