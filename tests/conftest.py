@@ -1,4 +1,4 @@
-"""Fixtures shared by tests/accounts and tests/market."""
+"""Fixtures shared by the whole suite (a package's own conftest may override them)."""
 from __future__ import annotations
 
 import pytest
@@ -17,3 +17,17 @@ def owner(db):
     from tests.factories import OwnerFactory
 
     return OwnerFactory()
+
+
+@pytest.fixture
+def auditor(db):
+    from tests.factories import AuditorFactory
+
+    return AuditorFactory()
+
+
+@pytest.fixture
+def staff(db):
+    from tests.factories import StaffFactory
+
+    return StaffFactory()

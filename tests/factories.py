@@ -10,7 +10,7 @@ from decimal import Decimal
 import factory
 from factory.django import DjangoModelFactory
 
-from accounts.models import User
+from accounts.models import MoneyAccount, MoneyEntry, User
 from market.models import Attribute, Dataset
 
 PASSWORD = "correct horse battery staple"
@@ -167,3 +167,13 @@ def chain_rows(attribute: Attribute) -> dict:
     return {r[0]: tuple(bytes(x) if isinstance(x, memoryview) else x for x in r[1:])
             for r in Chain.objects.filter(value__attribute=attribute).values_list(
                 "value_id", "epsilons", "outputs", "length", "head", "head_output", "updated_at").iterator()}
+
+
+def fund(user, amount) -> MoneyAccount:
+    """Give a buyer credit, with its money entry (as a deposit would)."""
+    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    account.balance += Decimal(str(amount))
+    account.save(update_fields=["balance"])
+    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
+                              memo="test deposit")
+    return account

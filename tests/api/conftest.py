@@ -9,10 +9,10 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from accounts.models import MoneyAccount, MoneyEntry
+from accounts.models import MoneyAccount
 from market.pricing import DEFAULT_POLICY
-from tests.factories import (AuditorFactory, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             NumericAttributeFactory, OwnerFactory, StaffFactory, StringAttributeFactory, make_owners)
+from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
+                             NumericAttributeFactory, OwnerFactory, StringAttributeFactory, fund, make_owners)
 
 #: 0.01 per value at epsilon 1, 0.05 at 10 (linear between), owners get 80%.
 POLICY = DEFAULT_POLICY
@@ -35,14 +35,6 @@ def client_for(user=None) -> APIClient:
     return client
 
 
-def fund(user, amount) -> MoneyAccount:
-    """Give a buyer credit, with its money entry (as a deposit would)."""
-    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
-    account.balance += Decimal(str(amount))
-    account.save(update_fields=["balance"])
-    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
-                              memo="test deposit")
-    return account
 
 
 def credit(user) -> Decimal:
@@ -90,16 +82,6 @@ def buyer_b(db):
 @pytest.fixture
 def owner(db):
     return OwnerFactory()
-
-
-@pytest.fixture
-def auditor(db):
-    return AuditorFactory()
-
-
-@pytest.fixture
-def staff(db):
-    return StaffFactory()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from accounts.models import MoneyAccount, MoneyEntry, User
+from accounts.models import User
 from accounts.roles import grant_role
 from accounts.services import Schedule, budget_set_ceiling, budget_set_paused
 from market.models import Attribute, Purchase, Value
@@ -20,7 +20,7 @@ from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim, purchase_execute
 from market.services import value_delete_raw
 from tests.factories import (AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory,
-                             contribute)
+                             contribute, fund)
 
 LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry"]
 
@@ -57,13 +57,6 @@ def sql(statement: str, params=None) -> int:
         return cur.rowcount
 
 
-def fund(user, amount) -> MoneyAccount:
-    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
-    account.balance += Decimal(str(amount))
-    account.save(update_fields=["balance"])
-    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
-                              memo="test deposit")
-    return account
 
 
 def buy(buyer, attribute, epsilon, rng) -> Purchase:

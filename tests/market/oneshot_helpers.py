@@ -5,23 +5,17 @@ import uuid
 
 import numpy as np
 
-from accounts.models import MoneyAccount, MoneyEntry
 from market import oneshot
 from market.models import Purchase
 from market.pricing import DEFAULT_POLICY
-from tests.factories import BuyerFactory, contribute
+from tests.factories import BuyerFactory, contribute, fund
 
 POLICY = DEFAULT_POLICY
 
 
 def funded_buyer(amount: str = "1000"):
-    from decimal import Decimal
-
     buyer = BuyerFactory()
-    account, _ = MoneyAccount.objects.get_or_create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
-    account.balance = Decimal(amount)
-    account.save(update_fields=["balance"])
-    MoneyEntry.objects.create(account=account, amount=Decimal(amount), balance_after=Decimal(amount), memo="deposit")
+    fund(buyer, amount)
     return buyer
 
 

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import uuid
-from decimal import Decimal
 
 import numpy as np
 import pytest
 
-from accounts.models import MoneyAccount, MoneyEntry
 from market.pricing import DEFAULT_POLICY
-from tests.factories import (AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, PASSWORD,
-                             StaffFactory)
+from tests.factories import PASSWORD, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, fund
 
 
 @pytest.fixture(autouse=True)
@@ -20,13 +17,6 @@ def _isolated_cache(settings):
                                    "LOCATION": f"portal-tests-{uuid.uuid4()}"}}
 
 
-def fund(user, amount) -> MoneyAccount:
-    account, _ = MoneyAccount.objects.get_or_create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
-    account.balance += Decimal(str(amount))
-    account.save(update_fields=["balance"])
-    MoneyEntry.objects.create(account=account, amount=Decimal(str(amount)), balance_after=account.balance,
-                              memo="test deposit")
-    return account
 
 
 def contribute_one(owner, attribute, raw, *, seed=0, **policy):
@@ -67,16 +57,6 @@ def buyer(db):
                         organisation="Institute of Careful Statistics")
     fund(user, "100")
     return user
-
-
-@pytest.fixture
-def auditor(db):
-    return AuditorFactory()
-
-
-@pytest.fixture
-def staff(db):
-    return StaffFactory()
 
 
 @pytest.fixture
