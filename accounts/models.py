@@ -153,7 +153,8 @@ class LedgerEntry(models.Model):
     KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
 
     block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="entries")
-    value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_entries")
+    # No index of its own: the (value, id) index below serves every lookup by value.
+    value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_entries", db_index=False)
     purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="ledger_entries")
     kind = models.CharField(max_length=16, choices=Kind.choices)

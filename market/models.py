@@ -309,7 +309,8 @@ class Purchase(models.Model):
 class PurchaseChunk(models.Model):
     """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each)."""
 
-    purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks")
+    # No index of its own: the (purchase, seq) unique index serves every lookup by purchase.
+    purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     seq = models.PositiveIntegerField()
     count = models.PositiveIntegerField()
     value_ids = models.BinaryField()
@@ -322,7 +323,9 @@ class PurchaseChunk(models.Model):
 class Holding(models.Model):
     """The highest epsilon a buyer holds for a value: the basis of upgrade credit."""
 
-    buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="holdings")
+    # No index of its own: the (buyer, value) unique index serves every lookup by buyer.
+    buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="holdings",
+                              db_index=False)
     value = models.ForeignKey(Value, on_delete=models.CASCADE, related_name="holdings")
     epsilon = models.DecimalField(**EPS)
 
