@@ -184,7 +184,7 @@ OWNER_SHARE = PRICE * Decimal("0.8")
 
 
 def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
-    """The rows a purchase of the n values must write, written by plain set-based SQL: the bound of this design.
+    """The rows a purchase of the n values must write, written by plain set-based SQL (a reference).
 
     One transaction: the limit's budget UPDATE; every chain row rewritten one step longer (8 + 2 bytes, as the
     bridge adds); one ledger block and n ledger entries; n holdings; n owners' balances raised and n money
