@@ -13,7 +13,9 @@ about the data.
 * RR3, the private sampler: matrix mechanisms, ``pi_hat = (counts/n) inv(P)``
   with covariance ``(C.T diag(t) C - outer(pi, pi))/n`` (``mechanisms.rr3``);
   the private sampler's target is the owners' average distribution;
-* LPP‡: per item degree and weight (``mechanisms.rr3.graph_estimates``);
+* LPP‡: per item degree and weight (``mechanisms.rr3.graph_estimates``); the quote gives their
+  standard errors per item (``mechanisms.rr3.lpp_item_covariance``: the owners who sample an item are a
+  random sample of all of them);
 * surveys: the closed-form census variances of ``mechanisms.surveys``.
 """
 from __future__ import annotations
@@ -115,10 +117,8 @@ def predicted(attribute: Attribute, spec: Spec, n: int) -> PredictedError | None
         cov = rr3.estimator_covariance(np.full(3, 1.0 / 3), P, n)
         se = np.sqrt(np.diag(cov))
         # the worst case over every population: the per-state variance on a grid of the simplex (step 1/50)
-        g = np.array([(i, j, 50 - i - j) for i in range(51) for j in range(51 - i)], dtype=np.float64) / 50
         inv = np.linalg.inv(P)
-        t = g @ P
-        var = (t @ (inv * inv) - g * g) / n
+        var = ((SIMPLEX3 @ P) @ (inv * inv) - SIMPLEX3 * SIMPLEX3) / n
         worst = np.sqrt(np.maximum(var, 0).max(axis=0))
         per = [{"label": label, "standard_error": float(se[i]), "worst_case_standard_error": float(worst[i])}
                for i, label in enumerate(labels)]
@@ -134,7 +134,36 @@ def predicted(attribute: Attribute, spec: Spec, n: int) -> PredictedError | None
         per = [{"label": label, "standard_error": float(se[i]), "worst_case_standard_error": None}
                for i, label in enumerate(domain.labels_of(attribute))]
         return PredictedError("mean_distribution", float(se.max()), None, per)
-    return None  # LPP: per-item errors depend on how many owners sample each item
+    if mech == M.LPP:
+        return _predicted_lpp(attribute, spec, n)
+    return None
+
+
+#: A grid of the 3-simplex (step 1/50): the populations a worst case is taken over.
+SIMPLEX3 = np.array([(i, j, 50 - i - j) for i in range(51) for j in range(51 - i)], dtype=np.float64) / 50
+
+
+def _predicted_lpp(attribute: Attribute, spec: Spec, n: int) -> PredictedError:
+    """Per item, the standard errors of its degree and weight (``mechanisms.rr3.lpp_item_covariance``).
+
+    The typical case: every item has a third of the owners with no edge, a third at +1, a third at -1.
+    The worst case drops the finite-population term (a covariance, so dropping it only adds variance,
+    whatever the weights) and takes the largest ``E[1/N] A`` over the simplex grid: an upper bound for
+    every population, fractional weights included.
+    """
+    eps1, eps2, items = spec.value("eps1"), spec.value("eps2"), attribute.num_items
+    se = np.sqrt(np.diag(rr3.lpp_item_covariance(np.full(3, 1.0 / 3), n, items, eps1, eps2)))
+    P = rr3.rr3_ddagger(1.0 / (1.0 + math.exp(-eps1)), 1.0 / (1.0 + math.exp(-eps2)))
+    C = np.linalg.inv(P)
+    t = SIMPLEX3 @ P
+    worst = []
+    for row in ((-1.0, 0.0, 0.0), (0.0, 1.0, -1.0)):  # degree = n (1 - pi_0), weight = n (pi_1 - pi_2)
+        v = C @ np.array(row)
+        var = t @ (v * v) - (SIMPLEX3 @ np.array(row)) ** 2
+        worst.append(n * math.sqrt(rr3.inverse_sample_size(n, items) * max(float(var.max()), 0.0)))
+    per = [{"label": "degree of an item", "standard_error": float(se[0]), "worst_case_standard_error": worst[0]},
+           {"label": "weight of an item", "standard_error": float(se[1]), "worst_case_standard_error": worst[1]}]
+    return PredictedError("item_degree_weight", float(se[0]), worst[0], per)
 
 
 def survey_variance(spec: Spec, n: int, pi: float) -> float:

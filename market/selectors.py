@@ -110,7 +110,9 @@ class PredictedError:
 
     ``target`` is what is estimated: ``frequency`` (each category's share),
     ``mean`` (binary: the share of the second label; numeric: the mean), or
-    ``bit_frequency`` (each Bloom bit's share, strings).
+    ``bit_frequency`` (each Bloom bit's share, strings); for one-shot mechanisms
+    and surveys also ``mean_distribution``, ``proportion`` and
+    ``item_degree_weight`` (LPP: one row each for an item's degree and weight).
     """
 
     target: str

@@ -113,6 +113,13 @@ def _keep(eps: float) -> float:
     return 1.0 / (1.0 + math.exp(-eps))
 
 
+def _count(value, what: str) -> int:
+    """A positive integer count (users, items), or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 # ---------------------------------------------------------------------------------------------- matrices
 
 def ewrr_matrix(n, p) -> np.ndarray:
@@ -346,9 +353,7 @@ def lpp_report(edges, m, eps1, eps2, rng=None) -> np.ndarray:
     w.p. ``p1`` with its sign kept w.p. ``q``, no edge is reported as an edge w.p. ``1 - p1`` with a
     fair sign.  The release is ``lpp_epsilon(eps1, eps2)``-LDP.
     """
-    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-        raise ValueError(f"m (the number of items) must be a positive integer, got {m!r}")
-    m = int(m)
+    m = _count(m, "m (the number of items)")
     eps1, eps2 = check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
     n, lookup = _edge_weights(edges, m)
     if n == 0:
@@ -389,11 +394,7 @@ def graph_estimates(reports, n, m, eps1, eps2) -> GraphEstimates:
     ``degree_j = n (1 - pi_hat_0)`` and ``weight_j = n (pi_hat_1 - pi_hat_2)`` (the corrected closed
     forms), ``mean_weight_j = weight_j/degree_j``.  ``n`` is the number of users (one report each).
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"n (the number of users) must be a positive integer, got {n!r}")
-    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-        raise ValueError(f"m (the number of items) must be a positive integer, got {m!r}")
-    n, m = int(n), int(m)
+    n, m = _count(n, "n (the number of users)"), _count(m, "m (the number of items)")
     eps1, eps2 = check_eps(eps1, "eps1", positive=True), check_eps(eps2, "eps2", positive=True)
     r = np.asarray(reports)
     if r.ndim != 2 or r.shape[1] != 2:
@@ -415,3 +416,45 @@ def graph_estimates(reports, n, m, eps1, eps2) -> GraphEstimates:
     total_degree, total_weight = float(degree.sum()), float(weight.sum())
     return GraphEstimates(degree, weight, mean_weight, samples.astype(np.int64), lpp_epsilon(eps1, eps2),
                           total_degree, total_weight, pairs, total_degree / pairs, total_weight / pairs)
+
+
+def inverse_sample_size(n, m) -> float:
+    """``E[1/N | N >= 1]`` for ``N ~ Binomial(n, 1/m)``: the users who sample one item under LPP‡.
+
+    Summed exactly over the binomial's mass within 40 standard deviations of its mean (the rest is below
+    double precision), renormalised by ``P(N >= 1)``.
+    """
+    from scipy.stats import binom
+
+    n, m = _count(n, "n (the number of users)"), _count(m, "m (the number of items)")
+    if m == 1:
+        return 1.0 / n
+    mean, sd = n / m, math.sqrt(n * (m - 1)) / m
+    k = np.arange(max(1, math.floor(mean - 40 * sd)), min(n, math.ceil(mean + 40 * sd)) + 1)
+    pmf = binom.pmf(k, n, 1.0 / m)
+    return float((pmf / k).sum() / -math.expm1(n * math.log1p(-1.0 / m)))
+
+
+def lpp_item_covariance(pi, n, m, eps1, eps2) -> np.ndarray:
+    """Covariance of one item's LPP‡ estimates ``(degree_j, weight_j)`` of ``graph_estimates`` (spec
+    "Graph protocol"), when a share ``pi = (no edge, +1, -1)`` of the n users has each state towards
+    the item (weights +-1, so the states are not random).
+
+    Given the ``N >= 1`` users who sampled the item (a simple random sample of the n users),
+    ``pi_hat`` is the RR3‡ estimator (``P = rr3_ddagger(p1, q)``, ``C = inv(P)``) of their states.  With
+    ``A = C.T diag(t) C - outer(pi, pi)`` (N iid reports: ``estimator_covariance``) and
+    ``B = diag(pi) - outer(pi, pi)`` (the states' own covariance in the population), sampling without
+    replacement gives ``Cov(pi_hat | N) = A/N - B (N-1)/(N(n-1))``: when N = n only the randomization
+    noise ``(A - B)/n`` is left.  Over N: ``Cov(pi_hat) = E[1/N] A - B (1 - E[1/N])/(n-1)`` with
+    ``E[1/N]`` from ``inverse_sample_size``.  ``degree = n (1 - pi_hat_0)`` and
+    ``weight = n (pi_hat_1 - pi_hat_2)`` are ``L pi_hat`` plus constants, ``L = n [[-1, 0, 0], [0, 1, -1]]``,
+    so their covariance is ``L Cov(pi_hat) L.T``.
+    """
+    P = rr3_ddagger(_keep(check_eps(eps1, "eps1", positive=True)), _keep(check_eps(eps2, "eps2", positive=True)))
+    pi = _check_distribution(pi, 3)
+    inv_n = inverse_sample_size(n, m)
+    A = estimator_covariance(pi, P, 1)
+    B = np.diag(pi) - np.outer(pi, pi)
+    cov = inv_n * A - B * ((1.0 - inv_n) / (n - 1) if n > 1 else 0.0)
+    L = n * np.array([[-1.0, 0.0, 0.0], [0.0, 1.0, -1.0]])
+    return L @ cov @ L.T

@@ -316,10 +316,12 @@ class PredictedErrorSerializer(serializers.Serializer):
     target = serializers.ChoiceField(
         choices=[("frequency", "each category's frequency"), ("mean", "the mean"),
                  ("bit_frequency", "each Bloom bit's frequency"), ("proportion", "a survey's proportion"),
-                 ("mean_distribution", "each label's share in the owners' average distribution")])
+                 ("mean_distribution", "each label's share in the owners' average distribution"),
+                 ("item_degree_weight", "LPP: each item's degree and weight (per_category: one row each)")])
     standard_error = serializers.FloatField(
         help_text="For a population spread uniformly over the categories (or the range; surveys: a proportion "
-                  "of 1/2; private samples: the largest label's, for owners distributed like the prior).")
+                  "of 1/2; private samples: the largest label's, for owners distributed like the prior; LPP: an "
+                  "item's degree, for owners split evenly over no edge, +1 and -1).")
     worst_case_standard_error = serializers.FloatField(
         allow_null=True, help_text="The largest over every possible population (null: no closed form).")
     per_category = CategoryErrorSerializer(many=True)

@@ -102,7 +102,9 @@ def test_quote_then_purchase_of_each_oneshot_mechanism(api, buyer, oneshot, mech
     elif mechanism == "rr3":
         assert np.array(predicted["covariance"]).shape == (3, 3)
     elif mechanism == "lpp":
-        assert predicted is None
+        assert predicted["target"] == "item_degree_weight"
+        assert [row["label"] for row in predicted["per_category"]] == ["degree of an item", "weight of an item"]
+        assert all(0 < row["standard_error"] <= row["worst_case_standard_error"] for row in predicted["per_category"])
     before = credit(buyer)
     r = post(api, "/api/v1/purchases/", {"quote": quote["quote"]})
     assert r.status_code == 201, r.content

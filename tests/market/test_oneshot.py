@@ -562,6 +562,28 @@ def test_the_linear_terms_behind_estimates_and_quotes_match_the_mechanisms(mecha
                                uldp.expected_l2(p, S, 0.9, 100, mechanism, th), rtol=1e-9)
 
 
+def test_lpp_quotes_predict_per_item_errors_with_a_worst_case_above_every_population():
+    """The typical standard errors are ``lpp_item_covariance`` at a population split evenly over the three
+    states; the worst case bounds the exact covariance of every population on a grid of the simplex (and of
+    any population with fractional weights: it drops the finite-population term, a covariance)."""
+    from market import oneshot_stats
+
+    attribute = GraphAttributeFactory()  # num_items items
+    spec = oneshot.parse_spec(attribute, eps1="1.5", eps2="0.8")
+    n, items = 5000, attribute.num_items
+    p = oneshot_stats.predicted(attribute, spec, n)
+    typical = np.sqrt(np.diag(rr3.lpp_item_covariance(np.full(3, 1 / 3), n, items, 1.5, 0.8)))
+    assert p.target == "item_degree_weight" and p.standard_error == pytest.approx(typical[0], rel=1e-12)
+    rows = {row["label"]: row for row in p.per_category}
+    assert rows["weight of an item"]["standard_error"] == pytest.approx(typical[1], rel=1e-12)
+    grid = np.sqrt(np.array([np.diag(rr3.lpp_item_covariance(pi, n, items, 1.5, 0.8))
+                             for pi in oneshot_stats.SIMPLEX3]))
+    worst = [rows[label]["worst_case_standard_error"] for label in ("degree of an item", "weight of an item")]
+    assert (grid <= np.array(worst) * (1 + 1e-12)).all()
+    assert worst[0] < 1.1 * grid[:, 0].max() and worst[1] < 1.1 * grid[:, 1].max()  # an upper bound, not a loose one
+    assert p.worst_case_standard_error == worst[0]
+
+
 @pytest.mark.parametrize("mechanism, request_", [("lpp", {"eps1": "1", "eps2": "1"}), ("urap", {"epsilon": "1"}),
                                                  ("private_sample", {"epsilon": "1"})])
 def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order(mechanism, request_, monkeypatch):

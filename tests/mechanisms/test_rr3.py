@@ -450,6 +450,44 @@ def test_graph_estimates_monte_carlo_and_paper_averages():
     np.testing.assert_array_equal(est.samples.sum(), n)
 
 
+def test_lpp_item_covariance_matches_monte_carlo_with_its_finite_population_term():
+    """1500 runs of 2000 users and 2 items at eps1 = eps2 = 3 (weights +-1): the empirical variances
+    and covariance of each item's (degree, weight) are within 4 SE of ``lpp_item_covariance``.  The
+    formula without the finite-population term (``E[1/N] A``: reports treated as iid) is refused by the
+    same check, so the test tells the two apart."""
+    g = rng(12)
+    n, m, eps, R = 2000, 2, 3.0, 1500
+    states = np.column_stack([np.repeat([0, 1, 2], [800, 800, 400]), np.repeat([1, 0, 2], [200, 1000, 800])])
+    edges = np.where(states == 0, np.nan, np.where(states == 1, 1.0, -1.0))
+    est = np.empty((R, m, 2))
+    for r in range(R):
+        e = rr3.graph_estimates(rr3.lpp_report(edges, m, eps, eps, g), n, m, eps, eps)
+        est[r, :, 0], est[r, :, 1] = e.degree, e.weight
+    P = rr3.rr3_ddagger(1 / (1 + math.exp(-eps)), 1 / (1 + math.exp(-eps)))
+    L = n * np.array([[-1.0, 0.0, 0.0], [0.0, 1.0, -1.0]])
+    for j in range(m):
+        pi = np.bincount(states[:, j], minlength=3) / n
+        cov = rr3.lpp_item_covariance(pi, n, m, eps, eps)
+        iid = L @ (rr3.inverse_sample_size(n, m) * rr3.estimator_covariance(pi, P, 1)) @ L.T
+        emp = np.cov(est[:, j, :].T)
+        # the standard error of a sample covariance of normal data: sqrt((s_aa s_bb + s_ab^2)/(R - 1))
+        se = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov ** 2) / (R - 1))
+        assert np.abs((emp - cov) / se).max() < Z, (j, emp, cov)
+        assert np.abs((emp - iid) / se).max() > Z, (j, emp, iid)
+
+
+def test_inverse_sample_size_against_direct_sums():
+    from scipy.stats import binom
+
+    for n, m in ((1, 1), (5, 1), (3, 7), (40, 3), (2000, 2)):
+        k = np.arange(1, n + 1)
+        direct = (binom.pmf(k, n, 1 / m) / k).sum() / (1 - binom.pmf(0, n, 1 / m))
+        assert rr3.inverse_sample_size(n, m) == pytest.approx(direct, rel=1e-12)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            rr3.inverse_sample_size(bad, 2)
+
+
 def test_dense_and_sparse_edges_give_identical_reports():
     g = rng(10)
     n, m = 500, 6
