@@ -261,13 +261,21 @@ def estimate(purchase: Purchase, outputs: np.ndarray) -> dict:
         result["frequencies"] = _frequencies(labels, p_hat, np.nan_to_num(se, nan=0.0), em_matrix(counts, P))
         return result
     if mech == M.LPP:
-        g = rr3.graph_estimates(outputs, n, attribute.num_items, spec.value("eps1"), spec.value("eps2"))
+        args = (outputs, n, attribute.num_items, spec.value("eps1"), spec.value("eps2"))
+        g = rr3.graph_estimates(*args)
+        se_degree, se_weight = rr3.lpp_standard_errors(*args)
         names = domain.labels_of(attribute)
         clean = lambda v: None if not math.isfinite(float(v)) else float(v)  # noqa: E731
+
+        def item(j: int) -> dict:
+            row = {"item": names[j], "samples": int(g.samples[j]), "mean_weight": clean(g.mean_weight[j])}
+            for name, value, se in (("degree", g.degree[j], se_degree[j]), ("weight", g.weight[j], se_weight[j])):
+                row |= {name: clean(value), f"{name}_standard_error": clean(se),
+                        f"{name}_ci95_low": clean(value - Z95 * se), f"{name}_ci95_high": clean(value + Z95 * se)}
+            return row
+
         result["graph"] = {
-            "items": [{"item": names[j], "samples": int(g.samples[j]), "degree": clean(g.degree[j]),
-                       "weight": clean(g.weight[j]), "mean_weight": clean(g.mean_weight[j])}
-                      for j in range(attribute.num_items)],
+            "items": [item(j) for j in range(attribute.num_items)],
             "users": n, "total_degree": clean(g.total_degree), "total_weight": clean(g.total_weight),
             "vertex_pairs": int(g.vertex_pairs),
             "average_degree_over_vertex_pairs": clean(g.average_degree_over_vertex_pairs),

@@ -435,7 +435,7 @@ def inverse_sample_size(n, m) -> float:
     return float((pmf / k).sum() / -math.expm1(n * math.log1p(-1.0 / m)))
 
 
-def lpp_item_covariance(pi, n, m, eps1, eps2) -> np.ndarray:
+def lpp_item_covariance(pi, n, m, eps1, eps2, samples=None, any_weights=False) -> np.ndarray:
     """Covariance of one item's LPP‡ estimates ``(degree_j, weight_j)`` of ``graph_estimates`` (spec
     "Graph protocol"), when a share ``pi = (no edge, +1, -1)`` of the n users has each state towards
     the item (weights +-1, so the states are not random).
@@ -446,15 +446,42 @@ def lpp_item_covariance(pi, n, m, eps1, eps2) -> np.ndarray:
     ``B = diag(pi) - outer(pi, pi)`` (the states' own covariance in the population), sampling without
     replacement gives ``Cov(pi_hat | N) = A/N - B (N-1)/(N(n-1))``: when N = n only the randomization
     noise ``(A - B)/n`` is left.  Over N: ``Cov(pi_hat) = E[1/N] A - B (1 - E[1/N])/(n-1)`` with
-    ``E[1/N]`` from ``inverse_sample_size``.  ``degree = n (1 - pi_hat_0)`` and
+    ``E[1/N]`` from ``inverse_sample_size``; given ``samples = N`` (an estimate's own count), ``1/N``.
+    With ``any_weights``, the weights may lie anywhere in [-1, 1] (each edge's sign is then drawn): ``B``
+    is the least spread consistent with ``pi``, every edge with the same mean sign, ``B = pi_0 (1 - pi_0)
+    d d.T`` with ``d = e_0 - (0, pi_1, pi_2)/(1 - pi_0)``, which gives the largest covariance of all such
+    populations (the finite-population term only subtracts).  ``degree = n (1 - pi_hat_0)`` and
     ``weight = n (pi_hat_1 - pi_hat_2)`` are ``L pi_hat`` plus constants, ``L = n [[-1, 0, 0], [0, 1, -1]]``,
     so their covariance is ``L Cov(pi_hat) L.T``.
     """
     P = rr3_ddagger(_keep(check_eps(eps1, "eps1", positive=True)), _keep(check_eps(eps2, "eps2", positive=True)))
     pi = _check_distribution(pi, 3)
-    inv_n = inverse_sample_size(n, m)
+    inv_n = inverse_sample_size(n, m) if samples is None else 1.0 / _count(samples, "samples")
     A = estimator_covariance(pi, P, 1)
-    B = np.diag(pi) - np.outer(pi, pi)
+    if any_weights and pi[0] < 1.0:
+        d = np.array([1.0, -pi[1] / (1.0 - pi[0]), -pi[2] / (1.0 - pi[0])])
+        B = pi[0] * (1.0 - pi[0]) * np.outer(d, d)
+    else:
+        B = np.diag(pi) - np.outer(pi, pi)
     cov = inv_n * A - B * ((1.0 - inv_n) / (n - 1) if n > 1 else 0.0)
     L = n * np.array([[-1.0, 0.0, 0.0], [0.0, 1.0, -1.0]])
     return L @ cov @ L.T
+
+
+def lpp_standard_errors(reports, n, m, eps1, eps2) -> tuple[np.ndarray, np.ndarray]:
+    """Plug-in standard errors of ``graph_estimates``' degree and weight per item: ``lpp_item_covariance``
+    given the item's own number of samples, at its estimated states projected onto the simplex, for any
+    weights (the reports cannot tell fractional weights from signs, so the larger covariance is used).
+    NaN for an item nobody sampled."""
+    from .estimators import project_simplex
+
+    est = graph_estimates(reports, n, m, eps1, eps2)  # validates every argument
+    r = np.asarray(reports)
+    counts = np.bincount(r[:, 0] * 3 + r[:, 1], minlength=3 * est.samples.size).reshape(-1, 3)
+    P = rr3_ddagger(_keep(eps1), _keep(eps2))
+    se = np.full((est.samples.size, 2), np.nan)
+    for j in np.flatnonzero(est.samples):  # one 3x3 computation per item (items, not users)
+        pi = project_simplex(estimate(counts[j], P))
+        cov = lpp_item_covariance(pi, n, m, eps1, eps2, samples=int(est.samples[j]), any_weights=True)
+        se[j] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return se[:, 0], se[:, 1]

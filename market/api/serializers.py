@@ -547,7 +547,14 @@ class GraphItemSerializer(serializers.Serializer):
     item = serializers.CharField()
     samples = serializers.IntegerField(help_text="Reports of users who sampled this item.")
     degree = serializers.FloatField(allow_null=True, help_text="Unbiased: owners with an edge to the item.")
+    degree_standard_error = serializers.FloatField(
+        allow_null=True, help_text="Plug-in: the item's own samples, its estimated states (null: nobody sampled it).")
+    degree_ci95_low = serializers.FloatField(allow_null=True)
+    degree_ci95_high = serializers.FloatField(allow_null=True)
     weight = serializers.FloatField(allow_null=True, help_text="Unbiased: the sum of their edges' weights.")
+    weight_standard_error = serializers.FloatField(allow_null=True)
+    weight_ci95_low = serializers.FloatField(allow_null=True)
+    weight_ci95_high = serializers.FloatField(allow_null=True)
     mean_weight = serializers.FloatField(allow_null=True, help_text="weight / degree (consistent only).")
 
 

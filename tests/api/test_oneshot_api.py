@@ -138,6 +138,14 @@ def test_quote_then_purchase_of_each_oneshot_mechanism(api, buyer, oneshot, mech
     if mechanism == "lpp":
         assert [i["item"] for i in e["graph"]["items"]] == list("wxyz") and e["graph"]["users"] == 24
         assert sum(i["samples"] for i in e["graph"]["items"]) == 24
+        for i in e["graph"]["items"]:
+            for name in ("degree", "weight"):
+                if i["samples"]:
+                    se = i[f"{name}_standard_error"]
+                    assert se >= 0 and i[f"{name}_ci95_low"] == pytest.approx(i[name] - 1.959963984540054 * se)
+                    assert i[f"{name}_ci95_high"] == pytest.approx(i[name] + 1.959963984540054 * se)
+                else:
+                    assert i[name] is None and i[f"{name}_standard_error"] is None
     else:
         assert e["graph"] is None and len(e["frequencies"]) == {"urr": 7, "urap": 7}.get(mechanism, 3)
         assert all(0 <= f["projected"] <= 1 for f in e["frequencies"])
