@@ -66,7 +66,7 @@ from mechanisms import private_sampling, rr3, surveys, uldp
 from . import domain, sealing
 from .models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from .pricing import PolicyError, PricePolicy, units_to_decimal
-from .purchases import (InsufficientCredit, PriceChanged, PurchaseError, _lock_money,
+from .purchases import (Candidates, InsufficientCredit, PriceChanged, PurchaseError, _lock_money,
                         _move_money, _write_chunks, candidates, claim_key)
 
 M = Purchase.Mechanism
@@ -318,27 +318,16 @@ def oneshot_claim(*, buyer: User, attribute: Attribute, spec: Spec, cohort: int 
 # ============================================================================================= the candidates
 
 @dataclass
-class Pool:
-    """The attribute's values (in value-id order) with their budgets, and which can be charged ``charged``."""
+class Pool(Candidates):
+    """The candidates of a one-shot release charging each value ``charged``: ``over`` is
+    ``chain_loss + oneshot_loss + charged > ceiling`` (rules 2 and 4), a value without its raw datum
+    cannot be drawn from, and ``sealed`` holds the eligible values' sealed inputs by row."""
 
-    value_ids: np.ndarray
-    owner_ids: np.ndarray
-    ceiling: np.ndarray
-    chain_loss: np.ndarray
-    oneshot_loss: np.ndarray
-    paused: np.ndarray
-    withdrawn: np.ndarray
-    has_raw: np.ndarray
-    sealed: list
-    charged: int
-
-    @property
-    def over(self) -> np.ndarray:  # chain_loss + oneshot_loss + charged > ceiling
-        return self.chain_loss + self.oneshot_loss + self.charged > self.ceiling
+    sealed: list = field(default_factory=list)
 
     @property
     def eligible(self) -> np.ndarray:
-        return ~self.paused & ~self.withdrawn & ~self.over & self.has_raw
+        return super().eligible & self.has_raw
 
     def excluded(self) -> dict:
         active = ~self.paused & ~self.withdrawn
@@ -350,9 +339,7 @@ def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: 
     """The candidates as ``purchases.candidates`` reads them (``lock``: their budget rows ``FOR UPDATE`` in
     value-id order), and with ``inputs`` the sealed inputs of those that can be charged, aligned by row."""
     c = candidates(attribute, cohort, 0, lock=lock)
-    p = Pool(value_ids=c.value_ids, owner_ids=c.owner_ids, ceiling=c.ceiling, chain_loss=c.chain_loss,
-             oneshot_loss=c.oneshot_loss, paused=c.paused, withdrawn=c.withdrawn, has_raw=c.has_raw, sealed=[],
-             charged=int(charged_micro))
+    p = Pool(**{**vars(c), "over": c.chain_loss + c.oneshot_loss + int(charged_micro) > c.ceiling})
     if inputs:
         # Read under the budget locks (deleting a raw value locks its budget row too): one query over the
         # attribute's values that hold one, placed by value id.
