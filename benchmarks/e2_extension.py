@@ -177,18 +177,19 @@ def _limit_rows(n: int) -> bytes:
     return body
 
 
-def _time_copy(body: bytes) -> float:
+def _time_copy(body: bytes, table: str = LIMIT_TABLE) -> float:
+    """The binary COPY of ``body`` into ``table`` (emptied first), timed with its commit."""
     from django.db import connection, transaction
 
     from market import pgcopy
 
     with connection.cursor() as c:
-        c.execute(f"TRUNCATE {LIMIT_TABLE}")
+        c.execute(f"TRUNCATE {table}")
     _checkpoint()
     start = time.perf_counter()
     with transaction.atomic(), connection.cursor() as c:
-        pgcopy.copy_in(c.cursor, f"{LIMIT_TABLE} (value_id, epsilons, outputs, length, head, head_output, "
-                                 f"updated_at)", [body])
+        pgcopy.copy_in(c.cursor, f"{table} (value_id, epsilons, outputs, length, head, head_output, updated_at)",
+                       [body])
     return time.perf_counter() - start
 
 
@@ -200,18 +201,7 @@ UNIQUE_TABLE = "e2_copy_unique"
 def _time_copy_unique(body: bytes) -> float:
     """The same COPY into a table with UNIQUE (value_id, head): the write of an append-only chain store whose
     key stops two writers from extending one chain from the same head (the bound of such a design)."""
-    from django.db import connection, transaction
-
-    from market import pgcopy
-
-    with connection.cursor() as c:
-        c.execute(f"TRUNCATE {UNIQUE_TABLE}")
-    _checkpoint()
-    start = time.perf_counter()
-    with transaction.atomic(), connection.cursor() as c:
-        pgcopy.copy_in(c.cursor, f"{UNIQUE_TABLE} (value_id, epsilons, outputs, length, head, head_output, "
-                                 f"updated_at)", [body])
-    return time.perf_counter() - start
+    return _time_copy(body, UNIQUE_TABLE)
 
 
 def _time_update(n: int) -> float:
