@@ -31,7 +31,7 @@ the rounding of ``surveys.ic_deck_counts`` ever left it above).
 
 **Execution** (:func:`oneshot_execute`) is one transaction with the locks in the
 global order of ``market.purchases.purchase_execute`` -- the purchase row,
-budgets by value id (``FOR UPDATE``), money accounts (``purchases._lock_money``),
+budgets by value id (``FOR UPDATE``), money accounts (``purchases.lock_payment``),
 the ledger head last (``ledger.append``) -- so one-shot purchases, chain
 purchases, surveys and budget changes never deadlock.  A value is included iff it
 is not paused or withdrawn, its raw input is present, and ``chain_loss +
@@ -66,8 +66,8 @@ from mechanisms import private_sampling, rr3, surveys, uldp
 from . import domain, sealing
 from .models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from .pricing import PolicyError, PricePolicy, units_to_decimal
-from .purchases import (Candidates, InsufficientCredit, PriceChanged, PurchaseError, _lock_money,
-                        _move_money, _write_chunks, candidates, claim_key)
+from .purchases import (Candidates, PurchaseError, _move_money, _write_chunks, candidates, claim_key,
+                        lock_payment)
 
 M = Purchase.Mechanism
 G = LedgerEntry.Guarantee
@@ -521,13 +521,7 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
         charge = np.full(inc.size, unit, dtype=np.int64)
         owner_share = policy.owner_units(charge)
         owners = cand.owner_ids[inc]
-        accounts = _lock_money(buyer, owners[owner_share > 0])
-        total = int(charge.sum())
-        if max_price is not None and units_to_decimal(total) > max_price:
-            raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
-        if accounts.buyer[1] < total:
-            raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
-                                     f"{units_to_decimal(accounts.buyer[1])}.")
+        accounts = lock_payment(buyer, owners, charge, owner_share, max_price)
 
         now = timezone.now()
         after = cand.oneshot_loss[inc] + e
@@ -550,7 +544,7 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
         purchase.excluded_withdrawn = excluded["withdrawn"]
         purchase.excluded_no_raw = excluded["no_raw"]
         purchase.new_points = 0
-        purchase.price = units_to_decimal(total)
+        purchase.price = units_to_decimal(int(charge.sum()))
         purchase.charged_epsilon = charged
         purchase.parameters = parameters
         purchase.result = result

@@ -216,13 +216,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         held, holding_ids = held_epsilons(buyer.id, attribute, cand.value_ids[inc])
         charge = policy.charge_units(e, held)
         owner_share = policy.owner_units(charge)
-        total = int(charge.sum())
-        accounts = _lock_money(buyer, cand.owner_ids[inc][owner_share > 0])
-        if max_price is not None and units_to_decimal(total) > max_price:
-            raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
-        if accounts.buyer[1] < total:
-            raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
-                                     f"{units_to_decimal(accounts.buyer[1])}.")
+        accounts = lock_payment(buyer, cand.owner_ids[inc], charge, owner_share, max_price)
 
         now = timezone.now()
         _write_chains(attribute, cand.value_ids[elig][lookup.inserted], grown, lookup.inserted, now)
@@ -242,7 +236,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         purchase.excluded_withdrawn = int(cand.withdrawn.sum())
         purchase.excluded_no_raw = int(lookup.missing_input.sum())
         purchase.new_points = int(lookup.inserted.sum())
-        purchase.price = units_to_decimal(total)
+        purchase.price = units_to_decimal(int(charge.sum()))
         purchase.status = Purchase.Status.COMPLETED
         purchase.completed_at = now
         purchase.error = ""
@@ -295,6 +289,19 @@ class Accounts:
     owner_user: np.ndarray  # owners' user ids, ascending
     owner_account: np.ndarray  # their earnings account ids
     owner_balance: np.ndarray  # their balances (units)
+
+
+def lock_payment(buyer, owner_ids: np.ndarray, charge: np.ndarray, owner_share: np.ndarray, max_price) -> Accounts:
+    """Lock the accounts a purchase pays through (``_lock_money``: the owners with a share) and, under the
+    locks, refuse it if it costs more than ``max_price`` (a quote's price guard) or than the buyer's credit."""
+    total = int(charge.sum())
+    accounts = _lock_money(buyer, owner_ids[owner_share > 0])
+    if max_price is not None and units_to_decimal(total) > max_price:
+        raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
+    if accounts.buyer[1] < total:
+        raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
+                                 f"{units_to_decimal(accounts.buyer[1])}.")
+    return accounts
 
 
 def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
