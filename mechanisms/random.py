@@ -110,6 +110,14 @@ def threshold(p: float) -> int:
     return int(float(p) * TWO_64)
 
 
+def threshold_up(p: float) -> int:
+    """``ceil(p * 2**64)`` as an exact Python integer, for ``p`` in [0, 1]: a small cell rounded up."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"probability must lie in [0, 1], got {p!r}")
+    x = float(p) * TWO_64
+    return int(x) + (int(x) != x)
+
+
 def uniform_below(rng, k, n: int) -> np.ndarray:
     """``n`` integers uniform in 0..k-1 (``k`` scalar or per-row array, all >= 1).
 

@@ -21,6 +21,16 @@ is to eps1.  Properties, each proved by exact enumeration in
 pair is eps2-LDP; given the last output the earlier ones carry no information
 about the value (Lemma 3.1); step kernels compose as a semigroup.
 
+The samplers :func:`relax`, :func:`bridge` and :func:`tighten` draw from the
+exact integer versions of these laws (``mechanisms.exactness``: k-RR cells of
+2^-64 with the small cells rounded up, and kernels built from value-free
+backward kernels), so every forward chain realises exactly the level of its
+last k-RR marginal, at most its last epsilon, and bridging and tightening
+never read the true value.  They refuse epsilons above ``SAMPLER_EPS_MAX``
+(30).  The float functions here (``step_terms``, the matrices, the weights)
+are the mathematics the integer laws approximate to about 2^-64; tests use
+them as the reference law.  See docs/mechanisms.md, "Exact sampling".
+
 **Bridge** (section 3): given stored outputs at eps_lo < eps_hi, an output at
 eps_mid in between is drawn from ``Pr(o_mid | o_lo, o_hi) ∝ T(lo->mid)[o_lo, o_mid]
 T(mid->hi)[o_mid, o_hi]``, which does not depend on the true value; evaluating
@@ -43,6 +53,7 @@ import numpy as np
 
 from . import _sampling
 from ._validation import check_eps, check_increasing, check_m, check_same_shape, check_values
+from .exactness import bridge_weights_exact, step_weights, tighten_weights_exact
 from .rr import flip_probability, keep_probability, perturb
 
 
@@ -107,18 +118,11 @@ def relax(outputs, values, eps_from, eps_to, m, rng=None) -> np.ndarray:
     Needs the true values.  The result is distributed exactly as an eps_to
     k-RR of ``values`` and, together with ``outputs``, is only eps_to-LDP.
     """
-    t = step_terms(eps_from, eps_to, m)
+    kept, moved = step_weights(eps_from, eps_to, m)
     o1 = check_values(outputs, m, "outputs")
     a = check_values(values, m, "values")
     check_same_shape(o1, a, "outputs", "values")
-    same = o1 == a
-    kept = _sampling.Layout.of(p_second=0.0, r=t.r_a, n_others=m - 1)
-    if t.p_ba >= t.p_bb:  # the larger special category takes the rounding remainder
-        first, second, p_second = a, o1, t.p_bb
-    else:
-        first, second, p_second = o1, a, t.p_ba
-    moved = _sampling.Layout.of(p_second=p_second, r=t.r_b, n_others=m - 2)
-    return _sampling.draw(rng, first, second, m, kept, same, moved)
+    return _sampling.draw_weighted(rng, a, o1, m, kept, o1 == a, moved)
 
 
 def bridge_weights(eps_lo, eps_mid, eps_hi, m) -> tuple[tuple[float, float], tuple[float, float, float]]:
@@ -161,18 +165,11 @@ def bridge(lo, hi, eps_lo, eps_mid, eps_hi, m, rng=None) -> np.ndarray:
     Needs no true values.  The chain lo, mid, hi has exactly the joint law of
     a chain generated forward through eps_lo, eps_mid, eps_hi.
     """
-    (w_s, w_os), (w_hi, w_lo, w_o) = bridge_weights(eps_lo, eps_mid, eps_hi, m)
+    same_w, differ_w = bridge_weights_exact(eps_lo, eps_mid, eps_hi, m)
     o_lo = check_values(lo, m, "lo")
     o_hi = check_values(hi, m, "hi")
     check_same_shape(o_lo, o_hi, "lo", "hi")
-    same = o_lo == o_hi
-    same_layout = _sampling.Layout.of(p_second=0.0, r=w_os, n_others=m - 1)
-    if w_hi >= w_lo:
-        first, second, p_second = o_hi, o_lo, w_lo
-    else:
-        first, second, p_second = o_lo, o_hi, w_hi
-    diff_layout = _sampling.Layout.of(p_second=p_second, r=w_o, n_others=m - 2)
-    return _sampling.draw(rng, first, second, m, same_layout, same, diff_layout)
+    return _sampling.draw_weighted(rng, o_hi, o_lo, m, same_w, o_lo == o_hi, differ_w)
 
 
 def tighten_weights(eps_from, eps_to, m) -> tuple[float, float]:
@@ -202,10 +199,9 @@ def tighten(outputs, eps_from, eps_to, m, rng=None) -> np.ndarray:
 
     The pair (o_to, o_from) has exactly the law of a forward chain eps_to -> eps_from.
     """
-    w_s, w_o = tighten_weights(eps_from, eps_to, m)
+    w = tighten_weights_exact(eps_from, eps_to, m)
     o = check_values(outputs, m, "outputs")
-    layout = _sampling.Layout.of(p_second=0.0, r=w_o, n_others=m - 1)
-    return _sampling.draw(rng, o, o, m, layout)
+    return _sampling.draw_weighted(rng, o, o, m, w)
 
 
 def chain(values, epsilons, m, rng=None) -> np.ndarray:

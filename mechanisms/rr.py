@@ -8,6 +8,11 @@ For a true value ``x`` in 0..m-1 and ``E = exp(eps)``:
 The right-hand forms never overflow (eps up to 700).  The mechanism is
 exactly eps-LDP: every column of the matrix has max/min ratio ``E``.  For
 m = 2 it is Warner's randomized response; at eps = 0 the output is uniform.
+
+:func:`perturb` samples the integer law of ``mechanisms.exactness.krr_cells``
+(each other value ``ceil(2^64 / (e^eps + m - 1))`` units of 2^-64, the true
+value the rest), which realises at most eps; it refuses eps above
+``SAMPLER_EPS_MAX`` (30).  See docs/mechanisms.md, "Exact sampling".
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import numpy as np
 
 from . import _sampling
 from ._validation import check_eps, check_m, check_values
+from .exactness import RowWeights, krr_cells
+from .random import uniform_below
 
 
 def keep_probability(eps, m) -> float:
@@ -41,9 +48,11 @@ def rr_matrix(eps, m) -> np.ndarray:
 
 
 def perturb(values, eps, m, rng=None) -> np.ndarray:
-    """k-RR of every value: keep with ``E/(E+m-1)``, else a uniform other value."""
+    """k-RR of every value: keep with ``E/(E+m-1)``, else a uniform other value (exact integer law: module doc)."""
     m = check_m(m)
-    eps = check_eps(eps)
+    cells = krr_cells(eps, m)
     x = check_values(values, m)
-    layout = _sampling.Layout.of(p_second=0.0, r=flip_probability(eps, m), n_others=m - 1)
-    return _sampling.draw(rng, x, x, m, layout)
+    if cells.keep == cells.flip:  # eps = 0: exactly uniform
+        return uniform_below(rng, m, x.shape[0])
+    w = RowWeights(first=cells.keep, second=0, other=cells.flip, n_others=m - 1)
+    return _sampling.draw_weighted(rng, x, x, m, w)

@@ -21,7 +21,8 @@ from scipy import stats
 from mechanisms import (bridge, bridge_matrix, chain, perturb, relax, rr_matrix, step_matrix, tighten,
                         tighten_matrix)
 from mechanisms import _sampling
-from mechanisms.random import SecureRandom, U64_MAX, threshold, uniform_below, words
+from mechanisms.exactness import RowWeights, krr_cells
+from mechanisms.random import SecureRandom, U64_MAX, uniform_below, words
 from tests.mechanisms.test_exact import joint_law
 from tests.mechanisms.fixed_words import FixedWords
 
@@ -143,26 +144,41 @@ def test_chi_square_detects_a_small_epsilon_error():
 
 
 
-def test_integer_thresholds_decide_exactly_at_their_boundaries():
+def test_weighted_draws_decide_exactly_at_their_thresholds():
     m, eps = 3, 1.0
-    q = rr_matrix(eps, m)[0, 1]
-    R = threshold(q)
-    # Region layout for x = 0: others 1, 2 in [0, R) and [R, 2R); first (keep) in [2R, 2**64).
+    cells = krr_cells(eps, m)
+    # total 2^64 -> U has 129 bits and every threshold is a multiple of 2^65: the top word decides.
+    # Regions for x = 0: value 1 below R, value 2 below 2R, keep above; the top word 2^64 - 1 ties with the
+    # acceptance threshold 2^129 (capped) and is settled by two more words (any: every U is accepted).
+    R = cells.flip
     u = [0, R - 1, R, 2 * R - 1, 2 * R, U64_MAX]
-    out = perturb(np.zeros(len(u), dtype=int), eps, m, FixedWords(u))
-    assert out.tolist() == [1, 1, 2, 2, 0, 0]
+    source = FixedWords(u + [U64_MAX, U64_MAX])
+    out = perturb(np.zeros(len(u), dtype=int), eps, m, source)
+    assert out.tolist() == [1, 1, 2, 2, 0, 0] and source.exhausted
 
 
-def test_probability_one_and_zero_are_exact():
-    m = 4
-    x = np.arange(m).repeat(4)
-    o1 = (x + 1) % m
-    extreme = FixedWords([0, 1, U64_MAX - 1, U64_MAX] * m)
-    # At eps 700 the step keeps/moves to the true value with probability 1.0 in double precision.
-    assert (relax(o1, x, 600.0, 700.0, m, extreme) == x).all()
-    assert (relax(x, x, 600.0, 700.0, m, extreme) == x).all()
-    assert (perturb(x, 700.0, m, extreme) == x).all()
-    assert _sampling.Layout.of(p_second=0.0, r=0.0, n_others=3).second_end == 0
+def test_a_tied_top_word_is_settled_by_the_next_word_and_the_top_is_rejected():
+    w = RowWeights(first=2, second=0, other=1, n_others=1)  # Pr(other) = 1/3: thresholds with low bits
+    cut = _sampling._Cut.of(w)
+    assert cut.bits == 66
+    others_end, _, accept = cut.thresholds
+    top, low = others_end >> 2, others_end & 3
+    assert low and accept == (1 << 66) - 1 and accept & 3 == 3
+    x = np.zeros(4, dtype=int)
+    # rows: tie then rest below the threshold's low bits (other = 1); tie then rest at them (first = 0);
+    # a word below (other); the very top, tied with the rejection threshold, whose rest 0b11 rejects it.
+    rest_below, rest_at = (low - 1) << 62, low << 62
+    source = FixedWords([top, top, 0, U64_MAX, rest_below, rest_at, 3 << 62, 0])
+    out = _sampling.draw_weighted(source, x, x, 2, w)
+    assert out.tolist() == [1, 0, 1, 1] and source.exhausted  # the rejected row was redrawn: word 0 -> other
+
+
+@pytest.mark.parametrize("call", [
+    lambda: perturb([0], 30.000001, 2), lambda: relax([0], [0], 1.0, 31.0, 2),
+    lambda: bridge([0], [0], 1.0, 2.0, 40.0, 2), lambda: tighten([0], 45.0, 1.0, 2)])
+def test_samplers_refuse_epsilons_they_cannot_honour(call):
+    with pytest.raises(ValueError, match="at most 30"):
+        call()
 
 
 def test_outputs_stay_in_the_domain_for_every_word():
