@@ -7,19 +7,27 @@ from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
+from mechanisms.exactness import SAMPLER_EPS_MAX
+
 PLACES = 6
 MICRO = 10 ** PLACES
 QUANTUM = Decimal(1).scaleb(-PLACES)
-#: Largest epsilon anything in the service accepts (the mechanisms are accurate up to 700).
+#: Largest budget anything in the service accounts for (ceilings, schedules, losses: one-shot losses add up).
 MAX_EPSILON = Decimal(700)
+#: Largest epsilon any one draw may use (a purchase, a grid point, a mechanism's parameter): the largest the
+#: samplers realise to within 10^-6 without ever exceeding it (at 44.4 k-RR would release the true value).
+MAX_SALE_EPSILON = Decimal(SAMPLER_EPS_MAX)
+#: Where the limit is explained, for error messages.
+LIMIT_DOC = "docs/mechanisms.md#the-epsilon-limit"
 
 
 class EpsilonError(ValueError):
     """An epsilon that is not a finite number in [0, MAX_EPSILON] with at most 6 decimals."""
 
 
-def parse(value, *, name: str = "epsilon", allow_zero: bool = True) -> Decimal:
-    """Parse user input into an exact epsilon, refusing NaN, infinities, negatives and excess precision."""
+def parse(value, *, name: str = "epsilon", allow_zero: bool = True, limit: Decimal = MAX_EPSILON) -> Decimal:
+    """Parse user input into an exact epsilon, refusing NaN, infinities, negatives, excess precision and
+    values above ``limit`` (``MAX_SALE_EPSILON`` for an epsilon a sampler will draw at)."""
     if isinstance(value, bool):
         raise EpsilonError(f"{name} must be a number")
     try:
@@ -30,8 +38,11 @@ def parse(value, *, name: str = "epsilon", allow_zero: bool = True) -> Decimal:
         raise EpsilonError(f"{name} must be a finite number")
     if d < 0 or (d == 0 and not allow_zero):
         raise EpsilonError(f"{name} must be {'>= 0' if allow_zero else 'greater than 0'}")
-    if d > MAX_EPSILON:
-        raise EpsilonError(f"{name} must be at most {MAX_EPSILON}")
+    if d > limit:
+        if limit == MAX_SALE_EPSILON:
+            raise EpsilonError(f"{name} must be at most {limit}: above it the samplers cannot realise the epsilon "
+                               f"charged ({LIMIT_DOC})")
+        raise EpsilonError(f"{name} must be at most {limit}")
     if d != d.quantize(QUANTUM, rounding=ROUND_FLOOR):
         raise EpsilonError(f"{name} may have at most {PLACES} decimal places")
     return d.quantize(QUANTUM)

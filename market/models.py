@@ -112,7 +112,7 @@ class Attribute(models.Model):
                                    | (~Q(kind="distribution") & Q(prior=[])),
                                    name="attribute_distribution_prior"),
             models.CheckConstraint(condition=Q(grid_start__gte=0, grid_step__gt=0, grid_stop__gte=F("grid_start"),
-                                               grid_stop__lte=700), name="attribute_grid_valid"),
+                                               grid_stop__lte=30), name="attribute_grid_valid"),
             models.CheckConstraint(condition=~Q(kind="numeric") | Q(low__isnull=False, high__isnull=False,
                                                                      high__gt=F("low")),
                                    name="attribute_numeric_bounds"),

@@ -58,7 +58,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.epsilon import MAX_EPSILON, QUANTUM, EpsilonError, from_micro, parse, to_micro
+from accounts.epsilon import MAX_EPSILON, MAX_SALE_EPSILON, QUANTUM, EpsilonError, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from ldpmarket import bulk
 from mechanisms import private_sampling, rr3, surveys, uldp
@@ -172,7 +172,7 @@ class Spec:
 
 def _eps(value, name: str) -> Decimal:
     try:
-        return parse(value, name=name, allow_zero=False)
+        return parse(value, name=name, allow_zero=False, limit=MAX_SALE_EPSILON)
     except EpsilonError as exc:
         raise ParameterError(name, str(exc)) from None
 

@@ -33,7 +33,7 @@ from django.db.models.functions import Cast, Round
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.epsilon import MICRO, from_micro, parse, to_micro
+from accounts.epsilon import MAX_SALE_EPSILON, MICRO, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from ldpmarket import bulk, pgbinary
 
@@ -86,7 +86,7 @@ def purchase_claim(*, buyer: User, attribute: Attribute, epsilon, cohort: int | 
     """Claim ``idempotency_key`` for this request; returns (purchase, created)."""
     if buyer.role != User.Role.BUYER:
         raise PurchaseError("Only buyers can purchase.")
-    e = parse(epsilon, allow_zero=False)
+    e = parse(epsilon, allow_zero=False, limit=MAX_SALE_EPSILON)
     return claim_key(buyer=buyer, idempotency_key=idempotency_key,
                      request_hash=fingerprint(attribute_id=attribute.id, epsilon=e, cohort=cohort),
                      attribute=attribute, epsilon=e, cohort=cohort)

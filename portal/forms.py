@@ -41,7 +41,7 @@ class PlainLabels:
 
 
 class EpsilonField(forms.CharField):
-    """An exact epsilon (Decimal, at most 6 decimals, 0..700) with messages a person understands."""
+    """An exact epsilon (Decimal, at most 6 decimals, 0..MAX_EPSILON) with messages a person understands."""
 
     def __init__(self, *, what: str, allow_zero: bool = True, **kwargs):
         self.what = what

@@ -14,7 +14,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
+from accounts.epsilon import MAX_SALE_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import LedgerEntry
 from market import oneshot
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase
@@ -26,13 +26,14 @@ COHORT_MAX = 32767
 # ------------------------------------------------------------------------------------------------- fields
 
 @extend_schema_field({
-    "oneOf": [{"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": float(MAX_EPSILON)},
+    "oneOf": [{"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": float(MAX_SALE_EPSILON)},
               {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*$", "example": "0.5"}],
-    "description": f"A finite number in (0, {MAX_EPSILON}] with at most {PLACES} decimal places, "
+    "description": f"A finite number in (0, {MAX_SALE_EPSILON}] with at most {PLACES} decimal places, "
                    "as a JSON number or a decimal string.",
 })
 class EpsilonField(serializers.Field):
-    """An epsilon from user input: exact (``Decimal``), > 0, <= 700, at most 6 decimals; clear messages otherwise."""
+    """An epsilon from user input: exact (``Decimal``), > 0, <= MAX_SALE_EPSILON (30), at most 6 decimals; clear
+    messages otherwise (the limit: docs/mechanisms.md)."""
 
     default_error_messages = {"invalid": "{message}"}
 
@@ -40,7 +41,7 @@ class EpsilonField(serializers.Field):
         if isinstance(data, str):
             data = data.strip()
         try:
-            return parse(data, name="epsilon", allow_zero=False)
+            return parse(data, name="epsilon", allow_zero=False, limit=MAX_SALE_EPSILON)
         except EpsilonError as exc:
             self.fail("invalid", message=str(exc))
 
@@ -169,10 +170,19 @@ class AttributeSerializer(serializers.Serializer):
     prior = serializers.ListField(child=serializers.FloatField(),
                                   help_text="Distribution attributes: the public prior over the labels.")
     grid = GridSerializer()
+    max_epsilon = serializers.SerializerMethodField(
+        help_text="The largest epsilon any purchase may ask for (and any grid, ceiling or mechanism parameter may "
+                  "use): the samplers' limit, above which they could not realise the epsilon charged "
+                  "(docs/mechanisms.md).")
     price_policy = PricePolicySerializer(allow_null=True, help_text="Null when the attribute is not for sale.")
     histogram = HistogramBucketSerializer(
         many=True, help_text="Values available at each grid epsilon (every k-th point of a long grid): a histogram "
                              "of the owners' ceilings, never raw values or owners.")
+
+
+    @extend_schema_field({"type": "string", "example": str(MAX_SALE_EPSILON)})
+    def get_max_epsilon(self, _attribute) -> str:
+        return str(MAX_SALE_EPSILON)
 
 
 class DatasetSerializer(serializers.Serializer):

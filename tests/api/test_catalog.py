@@ -60,11 +60,17 @@ def test_histogram_counts_what_a_purchase_would_include(api, categorical):
 
 def test_long_grids_are_thinned_to_100_buckets(api):
     attribute = CategoricalAttributeFactory(grid_start=Decimal("0"), grid_step=Decimal("0.001"),
-                                            grid_stop=Decimal("50"), price_policy=POLICY)
+                                            grid_stop=Decimal("30"), price_policy=POLICY)
     points = selectors.grid_points(attribute)
     assert 0 < points.size <= selectors.MAX_BUCKETS and points[0] > 0
     hist = api.get(f"/api/v1/datasets/{attribute.dataset_id}/").json()["attributes"][0]["histogram"]
     assert len(hist) == points.size and all(h["available"] == 0 for h in hist)
+
+
+def test_the_catalog_names_the_epsilon_limit(api):
+    attribute = CategoricalAttributeFactory(price_policy=POLICY)
+    body = api.get(f"/api/v1/datasets/{attribute.dataset_id}/").json()
+    assert body["attributes"][0]["max_epsilon"] == "30"
 
 
 def test_datasets_page_with_cursors(api):

@@ -191,7 +191,7 @@ BAD = [
     ("lpp", {"eps1": "1", "eps2": "-1"}, "eps2"),
     ("lpp", {"eps1": "inf", "eps2": "1"}, "eps1"),
     ("lpp", {"eps1": "1e308", "eps2": "1"}, "eps1"),
-    ("lpp", {"eps1": "700", "eps2": "1"}, "eps1"),
+    ("lpp", {"eps1": "31", "eps2": "1"}, "eps1"),
     ("lpp", {"eps1": 0, "eps2": "1"}, "eps1"),
     ("lpp", {"eps1": [1], "eps2": "1"}, "eps1"),
     ("private_sample", {"epsilon": "1", "family": "ewrr3"}, "family"),
@@ -367,8 +367,8 @@ def test_extreme_epsilons_quote_buy_and_estimate_without_a_server_error(api, mec
     attribute = factory(price_policy=POLICY)
     raws = {"urr": ["a", "c"], "urap": ["b", "e"], "rr3": ["none", "minus"], "lpp": [{"0": 1}, {}],
             "private_sample": [[1, 0, 0], [0.2, 0.3, 0.5]]}[mechanism] * 5
-    contribute(attribute, raws, ceiling="700", seed=7)
-    eps = {"tiny": "0.000001", "huge": "699"}[level]
+    contribute(attribute, raws, ceiling="30", seed=7)
+    eps = {"tiny": "0.000001", "huge": "30"}[level]  # 30: the largest epsilon the service accepts
     body = {"attribute": attribute.id, **({"eps1": eps, "eps2": eps} if mechanism in ("lpp", "rr3") and level == "tiny"
                                           else {"eps1": "1", "eps2": eps} if mechanism in ("lpp", "rr3")
                                           else {"epsilon": eps})}

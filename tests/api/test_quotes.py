@@ -15,6 +15,7 @@ from market.models import Purchase, Value
 from market.pricing import PricePolicy
 from mechanisms import estimators, rr
 from tests.api.conftest import POLICY, assert_problem, buy, contribute
+from tests.factories import CategoricalAttributeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +90,7 @@ def test_predicted_error_is_data_independent(api, categorical, binary, numeric, 
         else:
             assert [c["label"] for c in p["per_category"]] == (["red", "green", "blue"] if m == 3 else ["no", "yes"])
     # the same counts with entirely different data give the same prediction
-    from tests.factories import CategoricalAttributeFactory
+
 
     other = CategoricalAttributeFactory(labels=["red", "green", "blue"], price_policy=POLICY)
     contribute(other, ["red"] * 60, ceiling="2")
@@ -113,7 +114,7 @@ def test_quoted_standard_error_matches_the_realised_error_of_repeated_purchases(
     category the realised error of that category (f = 1) and the others (f = 0)
     bracket the quoted worst case, which must equal the larger of the two.
     """
-    from tests.factories import CategoricalAttributeFactory
+
 
     labels = ["a", "b", "c", "d"]
     m, n, eps, reps = 4, 400, 0.8, 200
@@ -168,7 +169,7 @@ BAD_EPSILONS = {
     "1e308": 1e308,
     "1e308 string": "1e308",
     "huge integer": 10 ** 30,
-    "above 700": "700.000001",
+    "above the limit 30": "30.000001",
     "a word": "abc",
     "empty": "",
     "seven decimals": "0.1234567",
@@ -190,6 +191,25 @@ def test_bad_epsilon_is_a_400_problem(api, categorical, endpoint, name):
     assert "epsilon" in problem["errors"], problem
     assert problem["errors"]["epsilon"][0]
     assert not Purchase.objects.exists()
+
+
+@pytest.mark.parametrize("endpoint", ["quotes", "purchases"])
+@pytest.mark.parametrize("epsilon", ["30.000001", "44.4", "700"])
+def test_an_epsilon_the_samplers_cannot_honour_is_refused_naming_the_limit(api, categorical, endpoint, epsilon):
+    r = api.post(f"/api/v1/{endpoint}/", {"attribute": categorical.id, "epsilon": epsilon}, format="json",
+                 HTTP_IDEMPOTENCY_KEY="limit-" + epsilon)
+    message = assert_problem(r, 400)["errors"]["epsilon"][0]
+    assert "at most 30" in message and "docs/mechanisms.md" in message
+    assert not Purchase.objects.exists()
+
+
+def test_the_limit_itself_is_sold(api):
+    attribute = CategoricalAttributeFactory(price_policy=POLICY, grid_stop=Decimal("30"))
+    contribute(attribute, ["red", "green", "blue"] * 4, ceiling="30")
+    r = api.post("/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "30"}, format="json",
+                 HTTP_IDEMPOTENCY_KEY="at-the-limit")
+    assert r.status_code == 201, r.content
+    assert r.json()["included"] == 12
 
 
 @pytest.mark.parametrize("endpoint", ["quotes", "purchases"])

@@ -37,7 +37,7 @@ def _attribute(dataset, **fields):
     dict(grid_step=D("-0.1")),
     dict(grid_start=D("-0.1")),
     dict(grid_start=D("2"), grid_stop=D("1")),
-    dict(grid_stop=D("700.000001")),
+    dict(grid_stop=D("30.000001")),
     dict(kind="numeric"),                                     # bounds required
     dict(kind="numeric", low=D("1"), high=D("1")),
     dict(kind="numeric", low=D("1"), high=D("0")),
