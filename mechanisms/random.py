@@ -1,9 +1,10 @@
 """Randomness for privacy: a cryptographically secure source by default.
 
 Every privacy-relevant draw in ``mechanisms`` consumes uniform 64-bit words
-``u`` and compares them with integer thresholds: an event of probability ``p``
-happens when ``u < floor(p * 2**64)`` (spec quality.md, "Secure randomness"),
-so sampling never depends on float rounding of ``u``.
+``u`` and compares them with integer thresholds, so sampling never depends on
+float rounding of ``u``; how the thresholds are chosen so that no sampler
+realises more than the epsilon charged is in docs/mechanisms.md ("Exact
+sampling").
 
 Sources:
 
