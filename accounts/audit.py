@@ -1027,7 +1027,7 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
         if (o < 0).any() or (o >= m).any() or (x < 0).any() or (x >= m).any():
             out.error = "stored outputs or inputs outside the attribute's domain"
             return out
-        res = run_attacks(x, o, common[:j] / MICRO, m, rng)
+        res = run_attacks(x, o, common[:j] / MICRO / attribute.draw_divisor, m, rng)  # each output's epsilon
         out.levels.append(Level(
             epsilon=float(common[j - 1]) / MICRO, n=int(res["n"]), bound=float(res["bound"]),
             attackers={name: {"error_rate": r["error_rate"], "standard_error": r["standard_error"],

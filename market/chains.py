@@ -9,6 +9,7 @@ of n values costs one numpy pass per grid step, never a Python loop per value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Context, Decimal
 
 import numpy as np
 
@@ -46,6 +47,15 @@ class Grid:
         return self.start + k * self.step
 
 
+_DRAW = Context(prec=40, rounding=ROUND_FLOOR)
+
+
+def draw_epsilon(eps_micro: int, divisor: int = 1) -> Decimal:
+    """The epsilon each output is drawn at for a release at ``eps_micro``: exact, rounded down when divided
+    (``Attribute.draw_divisor``: strings' bits are drawn at epsilon / (2 num_hashes))."""
+    return _DRAW.divide(Decimal(int(eps_micro)), MICRO * divisor)
+
+
 def encode(eps_micro: np.ndarray, outputs: np.ndarray) -> tuple[bytes, bytes, bytes]:
     """``(epsilons, outputs, head_output)`` blobs of one chain; outputs shape (L, width)."""
     out = np.asarray(outputs).astype(OUT)
@@ -57,10 +67,11 @@ def decode(epsilons: bytes, outputs: bytes, width: int) -> tuple[np.ndarray, np.
     return eps, np.frombuffer(bytes(outputs), dtype=OUT).astype(np.int64).reshape(eps.size, width)
 
 
-def generate(inputs: np.ndarray, eps_micro: np.ndarray, m: int, rng=None) -> np.ndarray:
-    """Fresh chains through the given grid points: (n, L, width) outputs, one numpy pass per step."""
+def generate(inputs: np.ndarray, eps_micro: np.ndarray, m: int, rng=None, divisor: int = 1) -> np.ndarray:
+    """Fresh chains through the given grid points: (n, L, width) outputs, one numpy pass per step, each output
+    drawn at ``draw_epsilon(point, divisor)``."""
     n, width = inputs.shape
-    rows = mechanisms_chain(inputs.reshape(-1), eps_micro / MICRO, m, rng)  # (n * width, L)
+    rows = mechanisms_chain(inputs.reshape(-1), [draw_epsilon(e, divisor) for e in eps_micro], m, rng)
     return rows.reshape(n, width, -1).transpose(0, 2, 1)
 
 
@@ -74,7 +85,7 @@ class Growth:
 
 
 def grow(inputs: np.ndarray, head: np.ndarray, head_output: np.ndarray, target: np.ndarray, grid: Grid, m: int,
-         rng=None) -> Growth:
+         rng=None, divisor: int = 1) -> Growth:
     """Advance every row from ``head`` along the grid up to ``target`` (a grid point, or <= head: no growth).
 
     Each iteration moves every unfinished row to its next grid point; rows that
@@ -96,7 +107,8 @@ def grow(inputs: np.ndarray, head: np.ndarray, head_output: np.ndarray, target: 
         for h in np.unique(cur[active]):
             rows = active[cur[active] == h]
             to = int(grid.next_point_after(np.array([h]))[0])
-            new = relax(last[rows].reshape(-1), inputs[rows].reshape(-1), h / MICRO, to / MICRO, m, rng)
+            new = relax(last[rows].reshape(-1), inputs[rows].reshape(-1), draw_epsilon(h, divisor),
+                        draw_epsilon(to, divisor), m, rng)
             new = new.reshape(rows.size, width)
             pos = count[rows]
             eps[rows, pos] = to

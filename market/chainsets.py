@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accounts.epsilon import MICRO
 from mechanisms import bridge, relax, tighten
+
+from .chains import draw_epsilon
 
 STRIDE = np.int64(1) << 40  # > 700 * 10**6 micro-epsilons
 
@@ -82,7 +83,8 @@ class Lookup:
     missing_input: np.ndarray  # bool (n,): e above the head but no true value to extend with
 
 
-def at(chains: ChainSet, e: int, m: int, inputs: np.ndarray | None = None, rng=None) -> tuple[Lookup, ChainSet]:
+def at(chains: ChainSet, e: int, m: int, inputs: np.ndarray | None = None, rng=None,
+       divisor: int = 1) -> tuple[Lookup, ChainSet]:
     """The output of every chain at micro-epsilon ``e``; returns the lookup and the chains with new points.
 
     ``inputs`` (n, width) are the true values, needed only for rows whose head
@@ -102,21 +104,22 @@ def at(chains: ChainSet, e: int, m: int, inputs: np.ndarray | None = None, rng=N
     outputs[stored] = chains.out[pos[stored]]
 
     new = np.full((n, width), -1, dtype=np.int64)
-    e_float = e / MICRO
+    e_draw = draw_epsilon(e, divisor)
     if between.any():
         idx = np.flatnonzero(between)
         lo_eps, hi_eps = chains.eps[pos[idx] - 1], chains.eps[pos[idx]]
         for lo_e, hi_e in _pairs(lo_eps, hi_eps):
             sel = idx[(lo_eps == lo_e) & (hi_eps == hi_e)]
             lo, hi = chains.out[pos[sel] - 1], chains.out[pos[sel]]
-            new[sel] = bridge(lo.reshape(-1), hi.reshape(-1), lo_e / MICRO, e_float, hi_e / MICRO, m,
-                              rng).reshape(-1, width)
+            new[sel] = bridge(lo.reshape(-1), hi.reshape(-1), draw_epsilon(lo_e, divisor), e_draw,
+                              draw_epsilon(hi_e, divisor), m, rng).reshape(-1, width)
     if below.any():
         idx = np.flatnonzero(below)
         first_eps = chains.eps[pos[idx]]
         for f in np.unique(first_eps):
             sel = idx[first_eps == f]
-            new[sel] = tighten(chains.out[pos[sel]].reshape(-1), f / MICRO, e_float, m, rng).reshape(-1, width)
+            new[sel] = tighten(chains.out[pos[sel]].reshape(-1), draw_epsilon(f, divisor), e_draw, m,
+                               rng).reshape(-1, width)
     missing = np.zeros(n, dtype=bool)
     if above.any():
         idx = np.flatnonzero(above)
@@ -129,8 +132,8 @@ def at(chains: ChainSet, e: int, m: int, inputs: np.ndarray | None = None, rng=N
             heads = chains.eps[end[idx] - 1]
             for h in np.unique(heads):
                 sel = idx[heads == h]
-                new[sel] = relax(chains.out[end[sel] - 1].reshape(-1), inputs[sel].reshape(-1), h / MICRO, e_float,
-                                 m, rng).reshape(-1, width)
+                new[sel] = relax(chains.out[end[sel] - 1].reshape(-1), inputs[sel].reshape(-1),
+                                 draw_epsilon(h, divisor), e_draw, m, rng).reshape(-1, width)
     inserted = (between | below | above) & ~missing
     outputs[inserted] = new[inserted]
     return Lookup(outputs=outputs, stored=stored, inserted=inserted, missing_input=missing), \

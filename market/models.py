@@ -137,6 +137,14 @@ class Attribute(models.Model):
         return self.mechanism != self.Mechanism.GRADUAL_RR
 
     @property
+    def draw_divisor(self) -> int:
+        """How many of one release's outputs two owners' values can differ in: a purchase at epsilon draws
+        each output at ``epsilon / draw_divisor`` so the release as a whole is epsilon-LDP.  ``2 num_hashes``
+        for strings (two strings' Bloom filters differ in at most that many bits), 1 otherwise
+        (docs/mechanisms.md, "Strings")."""
+        return 2 * self.num_hashes if self.kind == self.Kind.STRING else 1
+
+    @property
     def width(self) -> int:
         """Outputs per release: 1; the Bloom filter's bits for strings; the uRAP bit vector (labels and PUM
         bots) for uRAP; 2 (item, state) for LPP."""

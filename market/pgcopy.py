@@ -244,7 +244,7 @@ def extend_batch(attribute: Attribute, grid: chains.Grid, ids: Sequence[int], rn
                                       domain.payload_bytes(attribute))
         inputs = domain.from_payload(attribute, payload)
         last = rows["head_output"].astype(np.int64).reshape(n, attribute.width)
-        growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng)
+        growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng, attribute.draw_divisor)
         grown = np.flatnonzero(growth.count > 0)
         if grown.size == 0:
             return 0

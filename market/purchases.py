@@ -206,7 +206,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
                                                [bytes(chain_rows[i][2]) for i in elig], width)
         inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
-        lookup, grown = chainsets.at(chains, e, m, inputs, rng)
+        lookup, grown = chainsets.at(chains, e, m, inputs, rng, attribute.draw_divisor)
         if progress:
             progress(total_steps // 2, total_steps)
         ok = ~lookup.missing_input

@@ -138,7 +138,7 @@ def predicted_error(attribute: Attribute, epsilon: Decimal, n: int) -> Predicted
     """
     if n <= 0:
         return None
-    eps = float(epsilon)
+    eps = float(epsilon) / attribute.draw_divisor  # the epsilon each output is drawn at
     kind = attribute.kind
     if kind == Attribute.Kind.NUMERIC:
         low, high = float(attribute.low), float(attribute.high)
@@ -392,9 +392,10 @@ def estimate_outputs(attribute: Attribute, outputs: np.ndarray, eps) -> dict:
             mean = estimators.mean(y, eps_used, lo, hi)
             result["mean"] = _interval(mean, (hi - lo) * float(se[1]))
     elif kind == Attribute.Kind.STRING:
+        bit_eps = np.asarray(eps_used, dtype=np.float64) / attribute.draw_divisor  # each bit's epsilon
         for j in range(attribute.width):
-            f_hat, low, high = estimators.confidence_intervals(outputs[:, j], eps_used, 2)
-            se = np.sqrt(estimators.frequency_variance(f_hat, eps_used, 2, var_n))
+            f_hat, low, high = estimators.confidence_intervals(outputs[:, j], bit_eps, 2)
+            se = np.sqrt(estimators.frequency_variance(f_hat, bit_eps, 2, var_n))
             result["bits"].append({"bit": j, "estimate": float(f_hat[1]), "standard_error": float(se[1]),
                                    "ci95_low": float(low[1]), "ci95_high": float(high[1])})
     return result

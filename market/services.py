@@ -54,7 +54,7 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
         grid = chains.Grid.of(attribute)
         top = int(grid.last_point_upto(np.array([to_micro(current)]))[0])
         points = np.arange(grid.start, top + 1, grid.step, dtype=np.int64)
-        outputs = chains.generate(inputs, points, attribute.domain_size, rng)
+        outputs = chains.generate(inputs, points, attribute.domain_size, rng, attribute.draw_divisor)
     policy = schedule.fields() if schedule else {}
     with transaction.atomic():
         values = Value.objects.bulk_create(
@@ -203,7 +203,7 @@ def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) 
     inputs = domain.from_payload(attribute, payload)
     width = attribute.width
     last = np.frombuffer(b"".join(bytes(h) for h in head_output), dtype=chains.OUT).reshape(len(rows), width)
-    growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng)
+    growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng, attribute.draw_divisor)
     grown = np.flatnonzero(growth.count > 0)
     if grown.size == 0:
         return 0

@@ -212,9 +212,11 @@ def chain(values, epsilons, m, rng=None) -> np.ndarray:
     """
     m = check_m(m)
     eps = check_increasing(epsilons, "epsilons")
+    # the epsilons as given (a Decimal stays exact: the samplers realise at most it, not its float)
+    given = eps if isinstance(epsilons, np.ndarray) else list(epsilons)
     x = check_values(values, m)
     out = np.empty((x.shape[0], eps.shape[0]), dtype=np.int64)
-    out[:, 0] = perturb(x, eps[0], m, rng)
+    out[:, 0] = perturb(x, given[0], m, rng)
     for i in range(1, eps.shape[0]):
-        out[:, i] = relax(out[:, i - 1], x, eps[i - 1], eps[i], m, rng)
+        out[:, i] = relax(out[:, i - 1], x, given[i - 1], given[i], m, rng)
     return out

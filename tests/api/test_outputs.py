@@ -168,7 +168,8 @@ def test_string_estimate_is_per_bit(api, string):
     _, out = stored(p["id"])
     est = api.get(f"/api/v1/purchases/{p['id']}/estimate/").json()
     assert [b["bit"] for b in est["bits"]] == list(range(string.num_bits))
-    expected = [estimators.frequencies(out[:, j], 1.5, 2)[1] for j in range(string.num_bits)]
+    bit_eps = 1.5 / (2 * string.num_hashes)  # each bit is drawn at epsilon / (2 num_hashes)
+    expected = [estimators.frequencies(out[:, j], bit_eps, 2)[1] for j in range(string.num_bits)]
     assert np.allclose([b["estimate"] for b in est["bits"]], expected, atol=1e-12)
     assert est["frequencies"] == [] and est["mean"] is None
 

@@ -76,7 +76,7 @@ def test_predicted_error_is_data_independent(api, categorical, binary, numeric, 
         q = quote(api, attribute.id, "1").json()
         p, n = q["predicted_error"], q["included"]
         assert p["standard_error"] > 0 and p["worst_case_standard_error"] >= p["standard_error"] * (1 - 1e-12)
-        e, m = 1.0, attribute.domain_size
+        e, m = 1.0 / attribute.draw_divisor, attribute.domain_size  # strings' bits: epsilon / (2 num_hashes)
         if attribute.kind == "numeric":
             lo, hi = float(attribute.low), float(attribute.high)
             assert p["target"] == "mean"

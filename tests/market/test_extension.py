@@ -84,7 +84,7 @@ def test_extension_makes_one_relax_call_per_grid_step_and_head_group(values, cat
     real = chains.relax
 
     def counting(outputs, inputs, eps_from, eps_to, m, rng=None):
-        calls.append((round(eps_from, 6), round(eps_to, 6), len(outputs)))
+        calls.append((round(float(eps_from), 6), round(float(eps_to), 6), len(outputs)))
         return real(outputs, inputs, eps_from, eps_to, m, rng)
 
     monkeypatch.setattr(chains, "relax", counting)
