@@ -63,7 +63,7 @@ class Problem(exceptions.APIException):
     (``ldpmarket.problems``); ``extra`` adds members to the problem document."""
 
     abstract = True  # declares no type of its own: never raised as such
-    status = 400
+    status = status_code = 400
     slug = ""
     title = ""
     retry_after: int | None = None
@@ -185,8 +185,9 @@ def problem_exception_handler(exc, context):
     if isinstance(exc, Problem):
         if exc.retry_after is not None:
             headers["Retry-After"] = str(exc.retry_after)
-        return problem_response(status=status, title=exc.title, detail=str(exc.detail), slug=exc.slug,
-                                errors=exc.errors, instance=instance, headers=headers, extra=exc.extra)
+        return problem_response(status=status, title=exc.title or None, detail=str(exc.detail),
+                                slug=exc.slug or None, errors=exc.errors, instance=instance, headers=headers,
+                                extra=exc.extra)
     slug = next((s for cls, s in _SLUGS.items() if isinstance(exc, cls)), None)
     detail = exc.detail if not isinstance(exc.detail, (list, dict)) else "; ".join(_flatten(exc.detail))
     return problem_response(status=status, detail=str(detail), slug=slug, instance=instance, headers=headers)
@@ -195,7 +196,7 @@ def problem_exception_handler(exc, context):
 def domain_problem(exc: DomainError, *, instance: str | None = None) -> HttpResponse:
     """The problem document of a service error: its declared status, type and title; ``errors`` when it names
     fields; ``Retry-After`` when it declares one.  A fault (5xx but 503) is logged and its message not shown."""
-    status, slug, title = problem_attributes(exc)
+    status, slug, title = problem_attributes(exc) or (exc.status, None, None)  # undeclared: about:blank
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
     detail = str(exc)
     if status >= 500 and status != 503:

@@ -61,8 +61,9 @@ def declare(cls: type, *, status: int, slug: str, title: str) -> None:
 
 
 def attributes_of(cls: type) -> tuple[int, str, str] | None:
-    """``(status, slug, title)`` that ``cls`` itself declares (not inherited), or ``None``."""
+    """``(status, slug, title)`` that ``cls`` itself declares (not inherited), or ``None`` (also for the abstract
+    bases, which declare none)."""
     own = cls.__dict__
-    if all(k in own for k in ("status", "slug", "title")):
+    if not own.get("abstract") and all(k in own for k in ("status", "slug", "title")):
         return own["status"], own["slug"], own["title"]
     return DECLARED_ELSEWHERE.get(cls)
