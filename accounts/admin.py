@@ -1,7 +1,7 @@
 """The admin console for auditing budgets (spec service.md section 6).
 
-Who may do what is decided by role (``accounts.roles``), not by Django model
-permissions:
+Who may do what is decided by role (``accounts.roles``; docs/security.md,
+"Roles"), not by Django model permissions:
 
 * auditors, staff and superusers read every model registered here and the
   audit pages (``/admin/accounts/ledgerentry/audit/``, ``.../privacy-audit/``,
@@ -12,7 +12,8 @@ permissions:
   everybody, superusers included (no add, change or delete, no actions): they
   change only through the services that write the hash-chained ledger;
 * staff and superusers curate datasets, attributes and users, and alone see an
-  opened raw value (on a value's page) and unreleased chain steps.
+  opened raw value (on a value's page) and the outputs stored in chains
+  (released ones are data buyers paid for; the others were never sold).
 
 Users enter the admin with ``is_staff``; ``accounts.roles.grant_role`` keeps it
 in step with the role.
@@ -30,7 +31,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
-from .roles import can_audit, is_staff_role, sync_staff_flag
+from . import roles
+from .roles import can_audit, sync_staff_flag
 
 admin.site.site_header = "ldpmarket console"
 admin.site.site_title = "ldpmarket console"
@@ -54,13 +56,13 @@ class AuditMixin:
         return can_audit(request.user)
 
     def has_add_permission(self, request, obj=None):
-        return self.editable and is_staff_role(request.user)
+        return self.editable and roles.can_curate(request.user)
 
     def has_change_permission(self, request, obj=None):
-        return self.editable and is_staff_role(request.user)
+        return self.editable and roles.can_curate(request.user)
 
     def has_delete_permission(self, request, obj=None):
-        return self.editable and is_staff_role(request.user)
+        return self.editable and roles.can_curate(request.user)
 
     def get_actions(self, request):
         if not self.has_delete_permission(request):
@@ -145,7 +147,7 @@ class UserAdmin(AuditMixin, DjangoUserAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         fields.append("is_staff")  # follows the role (accounts.roles.grant_role)
-        if not request.user.is_superuser:
+        if not roles.is_superuser(request.user):
             fields += ["is_superuser", "groups", "user_permissions"]
         return fields
 

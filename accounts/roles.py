@@ -1,28 +1,42 @@
-"""Roles and what they may do in the admin console and the audit API (spec service.md section 6).
+"""Roles and what each may read or do: the one set of role predicates (see docs/security.md, "Roles").
 
-Roles are ``accounts.User.role``: owner, buyer, auditor, staff.  Entering the
-Django admin needs ``is_staff``; :func:`grant_role` is the one place that sets
-a role and keeps ``is_staff`` in step with it (True for auditors and staff,
-False for owners and buyers).  What a staff-flagged user may then *do* is
-decided by the role, not by Django model permissions:
+Every interface asks these functions, never ``user.role`` or ``user.is_staff``
+directly: the buyer API's permission classes and querysets, the audit API, the
+owner portal, the admin console and the services that refuse the wrong role.
 
-* **auditor** -- reads everything the console shows (budgets, values without
-  their raw data, chains up to their released epsilon, purchases, the ledger,
-  money, the audit pages) and changes nothing: every add, change and delete is
-  refused by ``accounts.admin.AuditMixin``, whatever Django permissions the
-  account might have been given by hand;
-* **staff** (or a superuser) -- reads the same plus the opened raw values and
-  unreleased chain steps, and curates datasets, attributes and users.  Nobody,
-  superusers included, can add, change or delete ledger, budget, chain,
-  purchase or money rows through the admin: those change only through the
-  services that write the ledger.
+Roles are ``accounts.User.role``: owner, buyer, auditor, staff.  A superuser
+is staff whatever its ``role`` field says (``createsuperuser`` leaves it at
+the default, owner).  Inactive and anonymous users have no role at all.
+
+``is_staff`` is *not* a role: it only lets Django's admin login form in.
+:func:`grant_role` (and the admin's user form, through :func:`sync_staff_flag`)
+keeps it True exactly for auditors, staff and superusers.  An auditor
+therefore has ``is_staff`` set, and must never be mistaken for staff.
+
+What each role may read and do:
+
+* **owner** -- the owner portal, for their own values only;
+* **buyer** -- quotes, purchases and surveys; the bookkeeping *and the data*
+  (outputs, estimates, survey results) of their own purchases only;
+* **auditor** -- reads bookkeeping: every purchase's and survey's metadata,
+  the privacy ledger, money, budgets, the audit pages and the audit API.  Never
+  the purchased data (outputs, estimates, survey results, the outputs stored in
+  chains) nor raw values.  Changes nothing (the admin refuses every add, change
+  and delete: ``accounts.admin.AuditMixin``);
+* **staff** (and superusers) -- reads everything, including purchased data,
+  raw values and unreleased chain steps; curates datasets, attributes and
+  users.  Nobody, superusers included, changes ledger, budget, chain, purchase
+  or money rows through the admin: only the services that write the ledger do.
 
 Usage::
 
-    from accounts.roles import grant_role
-    grant_role(user, "auditor")   # saves role and is_staff=True
+    from accounts import roles
+    roles.grant_role(user, "auditor")          # saves role and is_staff=True
+    roles.can_read_purchased_data(request.user, purchase)
 """
 from __future__ import annotations
+
+from ldpmarket.problems import DomainError
 
 from .models import User
 
@@ -30,9 +44,13 @@ from .models import User
 CONSOLE_ROLES = frozenset({User.Role.AUDITOR, User.Role.STAFF})
 
 
-class RoleError(ValueError):
-    pass
+class RoleError(DomainError, ValueError):
+    status = 400
+    slug = "unknown-role"
+    title = "Unknown role"
 
+
+# ------------------------------------------------------------------------------------------- granting
 
 def grant_role(user: User, role: str, *, save: bool = True) -> User:
     """Give ``user`` the role ``role`` and set ``is_staff`` to match (True exactly for auditors and staff).
@@ -43,7 +61,7 @@ def grant_role(user: User, role: str, *, save: bool = True) -> User:
     if role not in User.Role.values:
         raise RoleError(f"unknown role {role!r}; choose one of {', '.join(User.Role.values)}")
     user.role = role
-    user.is_staff = role in CONSOLE_ROLES or user.is_superuser
+    sync_staff_flag(user)
     if save:
         if user.pk is None:
             user.save()
@@ -57,16 +75,95 @@ def sync_staff_flag(user: User) -> None:
     user.is_staff = user.role in CONSOLE_ROLES or user.is_superuser
 
 
-def is_staff_role(user) -> bool:
-    """Platform staff: role staff, or a superuser (may see raw values and curate)."""
-    return bool(user and user.is_authenticated and user.is_active
-                and (user.is_superuser or getattr(user, "role", None) == User.Role.STAFF))
+# ------------------------------------------------------------------------------------------- who is what
+
+def role_of(user) -> str | None:
+    """The role ``user`` acts with: ``None`` when anonymous or inactive; ``staff`` for superusers."""
+    if user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
+        return None
+    if getattr(user, "is_superuser", False):
+        return User.Role.STAFF
+    role = getattr(user, "role", None)
+    return role if role in User.Role.values else None
+
+
+def is_owner(user) -> bool:
+    return role_of(user) == User.Role.OWNER
+
+
+def is_buyer(user) -> bool:
+    return role_of(user) == User.Role.BUYER
 
 
 def is_auditor(user) -> bool:
-    return bool(user and user.is_authenticated and user.is_active and getattr(user, "role", None) == User.Role.AUDITOR)
+    return role_of(user) == User.Role.AUDITOR
 
+
+def is_staff_role(user) -> bool:
+    """Platform staff: role staff, or a superuser (may see raw values and purchased data, and curate)."""
+    return role_of(user) == User.Role.STAFF
+
+
+def is_superuser(user) -> bool:
+    """An active superuser: the only one who may make or unmake superusers and edit permissions by hand."""
+    return role_of(user) is not None and bool(getattr(user, "is_superuser", False))
+
+
+# ---------------------------------------------------------------------------------------- what they may do
 
 def can_audit(user) -> bool:
-    """May read the admin console, the audit pages and the audit API: auditors, staff and superusers."""
-    return is_auditor(user) or is_staff_role(user)
+    """May read the admin console, the audit pages, the audit API and every purchase's bookkeeping:
+    auditors, staff and superusers."""
+    return role_of(user) in CONSOLE_ROLES
+
+
+def can_curate(user) -> bool:
+    """May add, change and delete datasets, attributes and users in the admin: staff and superusers."""
+    return is_staff_role(user)
+
+
+def can_read_raw_values(user) -> bool:
+    """May see an opened raw value, and chain steps never released: staff and superusers."""
+    return is_staff_role(user)
+
+
+def can_buy(user) -> bool:
+    """May ask for quotes and make purchases and surveys: buyers."""
+    return is_buyer(user)
+
+
+def can_list_purchases(user) -> bool:
+    """May list purchases and surveys at all (buyers see their own: :func:`visible_purchases`)."""
+    return is_buyer(user) or can_audit(user)
+
+
+def can_read_purchase(user, purchase) -> bool:
+    """May read ``purchase``'s bookkeeping (status, epsilon, counts, price): its buyer, auditors and staff."""
+    return can_audit(user) or (is_buyer(user) and purchase.buyer_id == user.id)
+
+
+def can_read_purchased_data(user, purchase=None) -> bool:
+    """May read what was bought (outputs, estimates, a survey's result, the outputs stored in chains): the buyer
+    of ``purchase``, and staff.  Never auditors.  Without ``purchase``: whether the role may read any at all."""
+    if is_staff_role(user):
+        return True
+    return is_buyer(user) and (purchase is None or purchase.buyer_id == user.id)
+
+
+def visible_purchases(user, queryset):
+    """``queryset`` (of purchases) narrowed to what ``user`` may see the bookkeeping of."""
+    if can_audit(user):
+        return queryset
+    if is_buyer(user):
+        return queryset.filter(buyer_id=user.id)
+    return queryset.none()
+
+
+def can_use_portal(user) -> bool:
+    """May use the owner portal (their own values only): owners."""
+    return is_owner(user)
+
+
+def can_contribute(user) -> bool:
+    """May own values: owners."""
+    return is_owner(user)

@@ -15,13 +15,19 @@ from django.db.models import Count
 from django.utils import timezone
 
 from . import ledger
+from ldpmarket.problems import DomainError
+
 from .epsilon import from_micro, parse, to_micro
 from .models import BudgetAccount, LedgerEntry
 from .schedule import ceiling_micro
 
 
-class BudgetError(ValueError):
+class BudgetError(DomainError, ValueError):
     """A budget change the rules forbid; the message is shown to the owner as it is."""
+
+    status = 400
+    slug = "budget-refused"
+    title = "Budget change refused"
 
 
 @dataclass(frozen=True)

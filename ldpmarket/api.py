@@ -2,12 +2,19 @@
 
 * :func:`problem_exception_handler`: every error is ``application/problem+json``
   (RFC 9457) with ``type``, ``title``, ``status``, ``detail``, ``instance`` and,
-  for invalid input, ``errors`` (field -> messages).  Domain exceptions carry
-  their own status (``market.purchases.PurchaseError``: 400, 402, 409).
+  for invalid input, ``errors`` (field -> messages).  Every error class declares
+  its own status, type and title (``ldpmarket.problems``; the list is in
+  docs/errors.md): the service's errors (``DomainError``) and the API's own
+  (:class:`Problem`).  A 503 carries ``Retry-After``.
 * :class:`DecimalJSONParser`: JSON numbers with a fraction or exponent are read
   as ``Decimal``, so an epsilon such as ``0.1000000000000000001`` is seen as it
   was written (and refused for its precision) instead of being rounded to a float;
-  ``NaN`` and ``Infinity`` are refused as invalid JSON.
+  ``NaN`` and ``Infinity`` are refused as invalid JSON, and so is JSON nested
+  deeper than :data:`MAX_JSON_DEPTH`.
+* :func:`not_found_view`, :func:`bad_request_view`, :func:`server_error_view`:
+  Django's error pages, as problems under ``/api/``; :func:`trailing_slash_response`
+  for a request with a body sent to a path without its trailing slash
+  (``ldpmarket.middleware.CommonMiddleware``).
 * :class:`CursorPagination`: stable, opaque cursors over ``-id``.
 * Throttles: per-user and anonymous rates plus the scoped ``quote`` and
   ``purchase`` rates, all read from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``
@@ -17,12 +24,14 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 from decimal import Decimal
 from http import HTTPStatus
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, HttpResponse
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpResponse, HttpResponseNotFound
 from rest_framework import exceptions, pagination, parsers, throttling
 from rest_framework.settings import api_settings
 from rest_framework.utils.encoders import JSONEncoder
@@ -37,30 +46,56 @@ def _set_rollback() -> None:
 
 from accounts.epsilon import EpsilonError
 
+from .problems import PROBLEM_BASE, DomainError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
+
+log = logging.getLogger("ldpmarket.api")
+
 PROBLEM_CONTENT_TYPE = "application/problem+json"
-#: Problem types are ``tag:`` URIs (RFC 4151): stable identifiers that are not meant to be dereferenced.
-PROBLEM_BASE = "tag:ldpmarket,2025:problems/"
+#: JSON bodies nested deeper than this are refused (400); no request of this API needs more than a few levels.
+MAX_JSON_DEPTH = 32
 
-
-def problem_type(slug: str) -> str:
-    return PROBLEM_BASE + slug
+# An invalid epsilon is an invalid field: sent exactly like a validation error of ``epsilon``.
+declare(EpsilonError, status=400, slug="invalid-input", title="Invalid input")
 
 
 class Problem(exceptions.APIException):
-    """An API error with an explicit problem type, for conditions DRF has no exception for."""
+    """Base of the errors the API raises itself.  Subclasses declare ``status``, ``slug`` and ``title``
+    (``ldpmarket.problems``); ``extra`` adds members to the problem document."""
 
-    status_code = 400
+    abstract = True  # declares no type of its own: never raised as such
+    status = status_code = 400
+    slug = ""
+    title = ""
+    retry_after: int | None = None
+    errors = None
     default_detail = "The request cannot be processed."
     default_code = "invalid"
 
-    def __init__(self, detail=None, *, status: int | None = None, slug: str | None = None, title: str | None = None,
-                 extra: dict | None = None):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.status_code = cls.status
+
+    def __init__(self, detail=None, *, extra: dict | None = None):
         super().__init__(detail)
-        if status is not None:
-            self.status_code = status
-        self.slug = slug
-        self.title = title
         self.extra = extra or {}
+
+
+class TrailingSlashRequired(Problem):
+    """A request with a body sent to a path without its trailing slash (``ldpmarket.middleware``)."""
+
+    status = 404
+    slug = "trailing-slash-required"
+    title = "Trailing slash required"
+
+
+def problem_attributes(exc) -> tuple[int, str, str] | None:
+    """``(status, slug, title)`` declared by the nearest class of ``exc`` (an error or its class) that declares
+    them, or ``None``."""
+    for cls in (exc if isinstance(exc, type) else type(exc)).__mro__:
+        found = attributes_of(cls)
+        if found is not None:
+            return found
+    return None
 
 
 # Types of the generic HTTP problems: about:blank means "the status code says it all" (RFC 9457 section 4.2.1).
@@ -113,18 +148,21 @@ def problem_exception_handler(exc, context):
     client negotiated (for example ``text/csv`` on the outputs endpoint).
     Unhandled exceptions return ``None`` (a 500, logged) as in DRF.
     """
-    from market.purchases import PurchaseError  # the market app imports this module's settings users
-
     request = context.get("request")
     instance = request.get_full_path() if request is not None else None
-    if isinstance(exc, PurchaseError):
-        _set_rollback()
-        slug = {402: "insufficient-credit", 409: "idempotency-conflict"}.get(exc.status, "purchase-refused")
-        return problem_response(status=exc.status, title=exc.title, detail=str(exc), slug=slug, instance=instance)
     if isinstance(exc, EpsilonError):
         _set_rollback()
-        return problem_response(status=400, title="Invalid input", detail=f"epsilon: {exc}", slug="invalid-input",
+        status, slug, title = problem_attributes(exc)
+        return problem_response(status=status, title=title, detail=f"epsilon: {exc}", slug=slug,
                                 errors={"epsilon": [str(exc)]}, instance=instance)
+    if isinstance(exc, DomainError):
+        _set_rollback()
+        return domain_problem(exc, instance=instance)
+    if isinstance(exc, RequestDataTooBig):
+        return problem_response(status=413, detail=f"The request body is too large: {exc}", instance=instance)
+    if isinstance(exc, SuspiciousOperation):  # too many fields or files in a form, ...
+        return problem_response(status=400, detail=str(exc) or "The request is malformed.",
+                                slug=_SLUGS[exceptions.ParseError], instance=instance)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -145,11 +183,42 @@ def problem_exception_handler(exc, context):
         return problem_response(status=status, title="Invalid input", detail=detail, slug="invalid-input",
                                 errors=errors, instance=instance, headers=headers)
     if isinstance(exc, Problem):
-        return problem_response(status=status, title=exc.title, detail=str(exc.detail), slug=exc.slug,
-                                instance=instance, headers=headers, extra=exc.extra)
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
+        return problem_response(status=status, title=exc.title or None, detail=str(exc.detail),
+                                slug=exc.slug or None, errors=exc.errors, instance=instance, headers=headers,
+                                extra=exc.extra)
     slug = next((s for cls, s in _SLUGS.items() if isinstance(exc, cls)), None)
     detail = exc.detail if not isinstance(exc.detail, (list, dict)) else "; ".join(_flatten(exc.detail))
     return problem_response(status=status, detail=str(detail), slug=slug, instance=instance, headers=headers)
+
+
+def domain_problem(exc: DomainError, *, instance: str | None = None) -> HttpResponse:
+    """The problem document of a service error: its declared status, type and title; ``errors`` when it names
+    fields; ``Retry-After`` when it declares one.  A fault (5xx but 503) is logged and its message not shown."""
+    status, slug, title = problem_attributes(exc) or (exc.status, None, None)  # undeclared: about:blank
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    detail = str(exc)
+    if status >= 500 and status != 503:
+        log.error("%s at %s: %s", type(exc).__name__, instance, exc, exc_info=exc)
+        detail = "An internal error occurred; it has been logged."
+    return problem_response(status=status, title=title, detail=detail, slug=slug, errors=exc.errors,
+                            instance=instance, headers=headers)
+
+
+def trailing_slash_response(request) -> HttpResponse:
+    """A request with a body (POST, PUT, PATCH, DELETE) to a path that exists only with a trailing slash.
+
+    Redirecting would lose the body (and clients turn a redirected POST into a GET), so it is refused, saying
+    where to send it: a problem under ``/api/``, plain text elsewhere."""
+    target = request.path + "/" + (f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else "")
+    detail = (f"{request.path} does not exist: this path ends with a slash. Send the {request.method} to {target} "
+              f"(a redirect would lose the request body).")
+    if request.path.startswith("/api/"):
+        p = TrailingSlashRequired
+        return problem_response(status=p.status, title=p.title, detail=detail, slug=p.slug,
+                                instance=request.get_full_path())
+    return HttpResponseNotFound(detail + "\n", content_type="text/plain; charset=utf-8")
 
 
 def not_found_view(request, exception=None):
@@ -159,6 +228,16 @@ def not_found_view(request, exception=None):
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
+
+
+def bad_request_view(request, exception=None):
+    """``handler400``: problem+json under ``/api/`` (a form with too many fields, ...), Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return problem_response(status=400, slug=_SLUGS[exceptions.ParseError], detail="The request is malformed.",
+                                instance=request.get_full_path())
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
 
 
 def server_error_view(request):
@@ -173,16 +252,46 @@ def server_error_view(request):
 # ------------------------------------------------------------------------------------------------- parsing
 
 class DecimalJSONParser(parsers.JSONParser):
-    """JSON with exact decimals: ``1.5`` and ``1e308`` become ``Decimal``; NaN/Infinity are a parse error."""
+    """JSON with exact decimals: ``1.5`` and ``1e308`` become ``Decimal``; NaN/Infinity are a parse error, and so
+    are arrays and objects nested more than :data:`MAX_JSON_DEPTH` deep (before Python's recursion limit: a
+    RecursionError is a parse error too)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         parser_context = parser_context or {}
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        too_deep = exceptions.ParseError(f"JSON parse error - arrays and objects may be nested at most "
+                                         f"{MAX_JSON_DEPTH} deep")
         try:
             decoded = codecs.getreader(encoding)(stream)
-            return json.load(decoded, parse_float=Decimal, parse_constant=_refuse_constant)
+            data = json.load(decoded, parse_float=Decimal, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise too_deep from None
+        except LookupError:  # an unknown charset
+            raise exceptions.ParseError(f"JSON parse error - unknown charset {encoding!r}") from None
         except ValueError as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+        if json_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise too_deep
+        return data
+
+
+def json_depth(data, limit: int) -> int:
+    """How deep arrays and objects nest in ``data`` (a scalar: 0, ``[]``: 1), counted without recursion and
+    given up past ``limit`` (then ``limit + 1``)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _refuse_constant(name):

@@ -21,5 +21,6 @@ urlpatterns = [
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.
+handler400 = "ldpmarket.api.bad_request_view"
 handler404 = "ldpmarket.api.not_found_view"
 handler500 = "ldpmarket.api.server_error_view"

@@ -3,8 +3,9 @@
 Datasets and attributes are curated by staff; values, chains, purchases,
 released outputs and holdings are read-only for everybody.  No page ever shows
 a sealed column: a value's raw datum is opened and shown on its page to staff
-only, and a chain's steps above its released epsilon (never sold, so never
-paid for in privacy) are shown to staff only.
+only, and so are the outputs stored in a chain: those released are data buyers
+paid for (auditors read bookkeeping, never purchased data), the others were
+never sold.  Auditors see each step's epsilon and whether it was released.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django.utils.html import format_html
 
 from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, usage_bar
 from accounts.epsilon import MICRO, to_micro
-from accounts.roles import is_staff_role
+from accounts import roles
 
 from . import chains, domain, sealing
 from .models import Attribute, Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
@@ -147,7 +148,7 @@ class ValueAdmin(ReadOnlyAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = dict(extra_context or {})
-        if is_staff_role(request.user) and str(object_id).isdigit():
+        if roles.can_read_raw_values(request.user) and str(object_id).isdigit():
             row = Value.objects.filter(id=int(object_id)).values_list("raw_sealed", "owner_id", "attribute_id").first()
             if row is not None:
                 extra["raw_value_shown"] = True
@@ -205,7 +206,8 @@ class ChainAdmin(ReadOnlyAdmin):
             attribute = chain.value.attribute
             eps, out = chains.decode(chain.epsilons, chain.outputs, attribute.width)
             released = to_micro(chain.value.budget.chain_loss)
-            staff = is_staff_role(request.user)
+            unreleased_shown = roles.can_read_raw_values(request.user)  # never sold: as private as the raw value
+            released_shown = roles.can_read_purchased_data(request.user)  # sold: what buyers paid for
             label = output_labels(attribute)
             idx = np.arange(eps.size)
             if eps.size > MAX_STEPS_SHOWN:
@@ -213,12 +215,13 @@ class ChainAdmin(ReadOnlyAdmin):
                 idx = np.concatenate([idx[:half], idx[-half:]])
             steps = []
             for i in idx.tolist():
-                shown = staff or eps[i] <= released
+                shown = released_shown if eps[i] <= released else unreleased_shown
                 steps.append({"index": i + 1, "epsilon": f"{eps[i] / MICRO:g}", "released": bool(eps[i] <= released),
                               "output": label(out[i]) if shown else None})
             extra.update({"steps": steps, "steps_total": int(eps.size), "steps_truncated": eps.size > idx.size,
-                          "released_epsilon": chain.value.budget.chain_loss, "staff_view": staff,
-                          "withheld": int((eps > released).sum()) if not staff else 0})
+                          "released_epsilon": chain.value.budget.chain_loss,
+                          "withheld_released": 0 if released_shown else int((eps <= released).sum()),
+                          "withheld_unreleased": 0 if unreleased_shown else int((eps > released).sum())})
         return super().change_view(request, object_id, form_url, extra)
 
 

@@ -34,6 +34,7 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+from ldpmarket.problems import DomainError
 from mechanisms.random import uniform_below
 
 from .models import MAX_ITEMS, Attribute
@@ -45,12 +46,20 @@ SUM_TOLERANCE = 1e-6
 GRAPH_STATES = ["none", "+1", "-1"]  # LPP report states 0, 1, 2
 
 
-class InvalidValue(ValueError):
-    pass
+class InvalidValue(DomainError, ValueError):
+    """A raw value that does not fit its attribute (a label it does not have, a number out of bounds, ...)."""
+
+    status = 400
+    slug = "invalid-value"
+    title = "Invalid value"
 
 
-class InvalidAttribute(ValueError):
+class InvalidAttribute(DomainError, ValueError):
     """An attribute whose one-shot fields do not describe a usable mechanism."""
+
+    status = 409
+    slug = "attribute-misconfigured"
+    title = "Attribute misconfigured"
 
 
 def labels_of(attribute: Attribute) -> list[str]:

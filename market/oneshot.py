@@ -57,7 +57,7 @@ import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import ledger
+from accounts import ledger, roles
 from accounts.epsilon import MAX_EPSILON, MAX_SALE_EPSILON, QUANTUM, EpsilonError, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from ldpmarket import bulk
@@ -84,12 +84,24 @@ _CTX = Context(prec=40)
 class ParameterError(PurchaseError):
     """A request whose mechanism parameters do not fit the attribute (400); ``field`` names the culprit."""
 
+    status = 400
+    slug = "invalid-parameter"
+    title = "Invalid mechanism parameter"
+
     def __init__(self, field_name: str, message: str):
         super().__init__(message)
         self.field = field_name
 
+    @property
+    def errors(self) -> dict[str, list[str]]:
+        return {self.field: [str(self)]}
+
 
 class TooFewRespondents(PurchaseError):
+    """A survey that too few owners can answer now to be run (or to be informative)."""
+
+    status = 400
+    slug = "too-few-respondents"
     title = "Too few respondents"
 
 
@@ -308,7 +320,7 @@ def oneshot_claim(*, buyer: User, attribute: Attribute, spec: Spec, cohort: int 
 
     A replay with the same request returns the same purchase; a different request is a conflict (409).
     """
-    if buyer.role != User.Role.BUYER:
+    if not roles.can_buy(buyer):
         raise PurchaseError("Only buyers can purchase.")
     return claim_key(buyer=buyer, idempotency_key=idempotency_key, request_hash=spec.fingerprint(attribute.id, cohort),
                      attribute=attribute, epsilon=spec.purchase_epsilon, cohort=cohort, mechanism=spec.mechanism,

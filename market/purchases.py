@@ -32,10 +32,11 @@ from django.db.models import BigIntegerField, F
 from django.db.models.functions import Cast, Round
 from django.utils import timezone
 
-from accounts import ledger
+from accounts import ledger, roles
 from accounts.epsilon import MAX_SALE_EPSILON, MICRO, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from ldpmarket import bulk, pgbinary
+from ldpmarket.problems import DomainError
 
 from . import chainsets, domain, pgcopy, sealing
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
@@ -44,23 +45,35 @@ from .pricing import PolicyError, PricePolicy, UNITS, units_to_decimal
 CHUNK = 10_000
 
 
-class PurchaseError(Exception):
+class PurchaseError(DomainError):
+    """A purchase the rules refuse (the wrong role, an attribute whose price policy is invalid, ...).
+
+    Each subclass declares its own status, type and title (docs/errors.md)."""
+
     status = 400
-    title = "Invalid purchase"
+    slug = "purchase-refused"
+    title = "Purchase refused"
 
 
 class IdempotencyConflict(PurchaseError):
+    """The Idempotency-Key was already used for a different request."""
+
     status = 409
+    slug = "idempotency-conflict"
     title = "Idempotency key conflict"
 
 
 class InsufficientCredit(PurchaseError):
     status = 402
+    slug = "insufficient-credit"
     title = "Insufficient credit"
 
 
 class PriceChanged(PurchaseError):
+    """The purchase now costs more than the quote it was made from said: ask for a new quote."""
+
     status = 409
+    slug = "price-changed"
     title = "Price changed"
 
 
@@ -68,7 +81,9 @@ class PurchaseConflict(PurchaseError):
     """A concurrent change (a value added while the purchase read its values); retrying succeeds."""
 
     status = 503
+    slug = "purchase-conflict"
     title = "Temporarily unavailable"
+    retry_after = 1
 
 
 def micro(field: str):
@@ -84,7 +99,7 @@ def fingerprint(*, attribute_id: int, epsilon, cohort) -> str:
 def purchase_claim(*, buyer: User, attribute: Attribute, epsilon, cohort: int | None,
                    idempotency_key: str) -> tuple[Purchase, bool]:
     """Claim ``idempotency_key`` for this request; returns (purchase, created)."""
-    if buyer.role != User.Role.BUYER:
+    if not roles.can_buy(buyer):
         raise PurchaseError("Only buyers can purchase.")
     e = parse(epsilon, allow_zero=False, limit=MAX_SALE_EPSILON)
     return claim_key(buyer=buyer, idempotency_key=idempotency_key,

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
+from ldpmarket.problems import DomainError
 from mechanisms import estimators
 
 from . import domain
@@ -250,8 +251,12 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
     return q
 
 
-class QuoteInvalid(ValueError):
-    pass
+class QuoteInvalid(DomainError, ValueError):
+    """A quote token that is not valid for this buyer now (tampered with, another buyer's, or expired)."""
+
+    status = 400
+    slug = "invalid-quote"
+    title = "Invalid quote"
 
 
 def open_quote(token: str, *, buyer_id: int, check_expiry: bool = True) -> dict:

@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounts import ledger
+from accounts import ledger, roles
 from accounts.epsilon import from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.services import BudgetError, Schedule, event_rows
@@ -38,7 +38,7 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
         raise BudgetError("Give either a fixed ceiling or a schedule.")
     if len(owners) != len(raws):
         raise ValueError("owners and raws must have the same length")
-    if any(o.role != User.Role.OWNER for o in owners):
+    if not all(roles.can_contribute(o) for o in owners):
         raise BudgetError("Only owners can contribute values.")
     now = now or timezone.now()
     current = parse(ceiling, name="ceiling") if schedule is None else schedule.ceiling_at(now)

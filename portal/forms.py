@@ -16,6 +16,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from accounts import roles
 from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import User
 from accounts.services import BudgetError, Schedule
@@ -147,7 +148,7 @@ class SignInForm(PlainLabels, AuthenticationForm):
 
     def confirm_login_allowed(self, user):
         super().confirm_login_allowed(user)
-        if user.role != User.Role.OWNER:
+        if not roles.can_use_portal(user):
             raise ValidationError(self.error_messages["not_owner"], code="not_owner")
 
 

@@ -23,8 +23,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts import roles
 from accounts.epsilon import EpsilonError
-from accounts.models import User
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.domain import InvalidValue
 from market.services import value_create, value_delete_raw, value_set_pum_tag
@@ -42,7 +42,7 @@ def owner_required(view):
     def wrapped(request, *args, **kwargs):
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path())
-        if request.user.role != User.Role.OWNER:
+        if not roles.can_use_portal(request.user):
             return render(request, "portal/forbidden.html", status=403)
         return view(request, *args, **kwargs)
 

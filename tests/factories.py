@@ -11,12 +11,16 @@ import factory
 from factory.django import DjangoModelFactory
 
 from accounts.models import MoneyAccount, MoneyEntry, User
+from accounts.roles import CONSOLE_ROLES
 from market.models import Attribute, Dataset
 
 PASSWORD = "correct horse battery staple"
 
 
 class UserFactory(DjangoModelFactory):
+    """A user of a role, as a deployment makes one: ``is_staff`` follows the role exactly as
+    ``accounts.roles.grant_role`` sets it (True for auditors and staff)."""
+
     class Meta:
         model = User
         django_get_or_create = ("username",)
@@ -24,6 +28,7 @@ class UserFactory(DjangoModelFactory):
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
     role = User.Role.OWNER
+    is_staff = factory.LazyAttribute(lambda u: u.role in CONSOLE_ROLES)
     password = factory.django.Password(PASSWORD)
 
 
@@ -46,7 +51,6 @@ class AuditorFactory(UserFactory):
 class StaffFactory(UserFactory):
     username = factory.Sequence(lambda n: f"staff{n}")
     role = User.Role.STAFF
-    is_staff = True
 
 
 class DatasetFactory(DjangoModelFactory):

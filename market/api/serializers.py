@@ -14,6 +14,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from accounts import roles
 from accounts.epsilon import MAX_SALE_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import LedgerEntry
 from market import oneshot
@@ -620,9 +621,12 @@ class SurveySerializer(PurchaseSerializer):
                   "price", "error", "created_at", "completed_at", "progress", "result"]
         read_only_fields = fields
 
-    @extend_schema_field(SurveyResultSerializer(allow_null=True))
+    @extend_schema_field(SurveyResultSerializer(allow_null=True, help_text=(
+        "The aggregate: for the buyer who commissioned the survey, and staff; null for auditors (they see the "
+        "bookkeeping only) and until the survey has completed.")))
     def get_result(self, obj):
-        if obj.result is None or not self.context.get("show_result", True):
+        request = self.context.get("request")
+        if obj.result is None or request is None or not roles.can_read_purchased_data(request.user, obj):
             return None
         return SurveyResultSerializer(obj.result).data
 

@@ -1,6 +1,7 @@
 """The buyer REST API, ``/api/v1/`` (spec service.md section 4).
 
-Who may do what (tested exhaustively in tests/api/test_authorization.py):
+Who may do what is decided by ``accounts.roles`` alone (docs/security.md, "Roles"; tested for every way a role
+is given in tests/api/test_authorization.py and tests/api/test_role_paths.py):
 
 =================================  =======  =====  =======  =====  =========
 endpoint                            buyer    owner  auditor  staff  anonymous
@@ -12,11 +13,12 @@ GET purchase outputs, estimate      own      403    403      all    401
 GET surveys, survey                 own      403    all*     all    401
 =================================  =======  =====  =======  =====  =========
 
-A buyer asking for another buyer's purchase or survey gets 404 (its existence
-is not revealed).  Auditors read purchases' and surveys' bookkeeping, never the
-data bought (*: a survey's aggregate result is hidden from them).  Surveys are
-not purchases here: ``/purchases/`` never lists or serves them, and no endpoint
-returns a survey's individual answers (none are stored).
+Staff includes superusers.  A buyer asking for another buyer's purchase or
+survey gets 404 (its existence is not revealed).  Auditors read purchases' and
+surveys' bookkeeping, never the data bought (*: a survey's aggregate result is
+hidden from them).  Surveys are not purchases here: ``/purchases/`` never lists
+or serves them, and no endpoint returns a survey's individual answers (none are
+stored).
 """
 from __future__ import annotations
 
@@ -34,69 +36,84 @@ from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
-                                   extend_schema_view)
+from drf_spectacular.utils import (OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema,
+                                   extend_schema_field, extend_schema_view)
 from rest_framework import mixins, permissions, renderers, serializers as drf_serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.models import User
-from ldpmarket.api import AnonThrottle, Problem, PurchaseThrottle, QuoteThrottle, UserThrottle
+from accounts import roles
+from ldpmarket.api import AnonThrottle, PurchaseThrottle, QuoteThrottle, UserThrottle, problem_attributes, problem_type
 from market import domain, oneshot, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
 from market.pseudonyms import pseudonyms
-from market.purchases import IdempotencyConflict, PurchaseError, fingerprint, purchase_claim, purchase_fail
+from market.purchases import (IdempotencyConflict, InsufficientCredit, PriceChanged, PurchaseConflict, PurchaseError,
+                              fingerprint, purchase_claim, purchase_fail)
 
 from . import serializers as s
+from .problems import (IdempotencyKeyInvalid, IdempotencyKeyRequired, InFlight, NoOutputs, NothingToSell, NotForSale,
+                       PurchaseNotCompleted)
 
 PROBLEM = "application/problem+json"
 DESCRIPTIONS = {
-    400: "Invalid input (the problem's `errors` say which field and why).",
+    400: f"Invalid input (type `{problem_type('invalid-input')}`: the problem's `errors` say which field and why), "
+         f"or a malformed body (`{problem_type('malformed-request')}`).",
     401: "Not authenticated: send `Authorization: Token <token>` (POST /api/v1/auth/token/) or sign in.",
     402: "Insufficient credit.",
     403: "Your role may not do this.",
     404: "No such object (or not yours).",
     406: "The requested format is not available.",
-    409: "Conflict: Idempotency-Key reused with a different body or still in flight; or the quote is outdated; or the "
-         "attribute is not for sale.",
+    409: "Conflict with the current state: the Idempotency-Key was used for a different body or is still in flight; "
+         "the price went up since the quote; or the attribute is not for sale.",
     429: "Too many requests: see Retry-After.",
+    503: "Temporarily unavailable (a concurrent change): retry after the seconds in Retry-After.",
 }
 
 
-def problems(*codes: int, **descriptions: str) -> dict:
-    """Schema responses for the given problem statuses (``application/problem+json``); ``d409="..."`` overrides."""
-    return {(code, PROBLEM): OpenApiResponse(s.ProblemSerializer,
-                                             description=descriptions.get(f"d{code}", DESCRIPTIONS[code]))
-            for code in codes}
+def problems(*items, **descriptions: str) -> dict:
+    """Schema responses (``application/problem+json``) for the given statuses and error classes.
+
+    An ``int`` documents a status with its generic description (``d409="..."`` overrides it); an error class
+    (``market.purchases.PriceChanged``, an ``ldpmarket.api.Problem``) adds its status, and its type is listed in
+    that status's description with an example, so that clients can see every type an operation may return.
+    """
+    kinds: dict[int, list[tuple[str, str]]] = {}
+    for item in items:
+        if isinstance(item, int):
+            kinds.setdefault(item, [])
+        else:
+            status, slug, title = problem_attributes(item)
+            kinds.setdefault(status, []).append((slug, title))
+    responses = {}
+    for code, types in sorted(kinds.items()):
+        description = descriptions.get(f"d{code}", DESCRIPTIONS[code])
+        if types:
+            description += " Problem types: " + "; ".join(f"`{problem_type(slug)}` ({title})" for slug, title in types)
+        examples = [OpenApiExample(slug, summary=title, value={"type": problem_type(slug), "title": title,
+                                                               "status": code, "detail": f"{title}: ..."})
+                    for slug, title in types]
+        responses[(code, PROBLEM)] = OpenApiResponse(s.ProblemSerializer, description=description, examples=examples)
+    return responses
 
 
 # ------------------------------------------------------------------------------------------------- roles
-
-def is_staff(user) -> bool:
-    return bool(user.is_superuser or user.is_staff or getattr(user, "role", None) == User.Role.STAFF)
-
-
-def is_buyer(user) -> bool:
-    return getattr(user, "role", None) == User.Role.BUYER
-
-
-def is_auditor(user) -> bool:
-    return getattr(user, "role", None) == User.Role.AUDITOR
-
 
 class IsBuyer(permissions.IsAuthenticated):
     message = "Only buyers can ask for quotes and make purchases."
 
     def has_permission(self, request, view):
-        return super().has_permission(request, view) and is_buyer(request.user)
+        return super().has_permission(request, view) and roles.can_buy(request.user)
 
 
 class PurchaseAccess(permissions.IsAuthenticated):
-    """Create: buyers.  Read bookkeeping: buyers (their own), auditors and staff.  Read data: buyers and staff.
+    """Create: buyers.  Read bookkeeping: buyers (their own), auditors and staff.  Read data (outputs, estimates,
+    a survey's result): the buyer who made it, and staff; never auditors (``accounts.roles``).
 
     The same rules serve surveys (their data, the aggregate, is left out of what auditors see).
     """
+
+    DATA_ACTIONS = ("outputs", "estimate")
 
     def has_permission(self, request, view):
         if not super().has_permission(request, view):
@@ -104,12 +121,18 @@ class PurchaseAccess(permissions.IsAuthenticated):
         user, act = request.user, getattr(view, "action", None)
         if act == "create":
             self.message = IsBuyer.message
-            return is_buyer(user)
-        if act in ("outputs", "estimate"):
+            return roles.can_buy(user)
+        if act in self.DATA_ACTIONS:
             self.message = "Only the buyer who made a purchase (or staff) can read its data."
-            return is_buyer(user) or is_staff(user)
+            return roles.can_read_purchased_data(user)
         self.message = "Only buyers, auditors and staff can read purchases."
-        return is_buyer(user) or is_staff(user) or is_auditor(user)
+        return roles.can_list_purchases(user)
+
+    def has_object_permission(self, request, view, obj):
+        if getattr(view, "action", None) in self.DATA_ACTIONS:
+            self.message = "Only the buyer who made a purchase (or staff) can read its data."
+            return roles.can_read_purchased_data(request.user, obj)
+        return roles.can_read_purchase(request.user, obj)
 
 
 # ----------------------------------------------------------------------------------------------- catalog
@@ -168,18 +191,16 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
 def _policy_or_problem(attribute: Attribute):
     policy = selectors.price_policy_or_none(attribute)
     if policy is None:
-        raise Problem(f"The attribute {attribute.id} is not for sale: its price policy is not valid.", status=409,
-                      slug="not-for-sale", title="Not for sale")
+        raise NotForSale(f"The attribute {attribute.id} is not for sale: its price policy is not valid.")
     return policy
 
 
-def _nothing_to_sell(q: selectors.Quote) -> Problem:
+def _nothing_to_sell(q: selectors.Quote) -> NothingToSell:
     why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_paused} are paused, "
            f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
-    return Problem(
+    return NothingToSell(
         f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
         f"{why}. See the catalog's histogram for the epsilons available.",
-        status=400, slug="nothing-to-sell", title="Nothing to sell at this epsilon",
         extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused,
                                                         "withdrawn": q.excluded_withdrawn,
                                                         "no_raw": q.excluded_no_raw}})
@@ -220,7 +241,8 @@ class QuoteView(APIView):
 
     @extend_schema(summary="Get a quote (a purchase, or a survey with `mechanism`)", request=s.QUOTE_REQUEST,
                    responses={200: s.QuoteSerializer,
-                              **problems(400, 401, 403, 409, 429, d409="The attribute is not for sale.")})
+                              **problems(400, 401, 403, 409, 429, NothingToSell, NotForSale,
+                                         d409="The attribute is not for sale.")})
     def post(self, request):
         data = s.QuoteRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -268,6 +290,10 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     description="A unique key per intended purchase (1-255 visible ASCII characters, e.g. a UUID). Sending the "
                 "same request again with the same key returns the same purchase and charges once.")
 OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
+#: What creating a purchase or a survey may answer besides 401, 403 and 429.
+CREATE_PROBLEMS = (400, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
+                   oneshot.ParameterError, oneshot.TooFewRespondents, InsufficientCredit, IdempotencyConflict,
+                   PriceChanged, InFlight, NotForSale, PurchaseConflict)
 
 
 @extend_schema_view(
@@ -290,10 +316,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def get_queryset(self):
         qs = Purchase.objects.select_related("attribute").order_by("-id")
         qs = qs.filter(mechanism__in=SURVEY_MECHANISMS) if self.survey else qs.exclude(mechanism__in=SURVEY_MECHANISMS)
-        user = self.request.user
-        if is_staff(user) or is_auditor(user):
-            return qs
-        return qs.filter(buyer_id=user.id) if user.is_authenticated else qs.none()
+        return roles.visible_purchases(self.request.user, qs)
 
     def get_throttles(self):
         throttles = super().get_throttles()
@@ -310,16 +333,14 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                    201: OpenApiResponse(s.PurchaseSerializer, description="Completed in this request."),
                    202: OpenApiResponse(s.PurchaseSerializer, description="Large: running in the background; poll "
                                                                           "the Location for status and progress."),
-                   **problems(400, 401, 402, 403, 409, 429)})
+                   **problems(401, 403, 429, *CREATE_PROBLEMS)})
     def create(self, request, *args, **kwargs):
         key = request.headers.get("Idempotency-Key")
         if key is None:
-            raise Problem("The Idempotency-Key header is required: send a new unique key (for example a UUID) with "
-                          "each purchase, and the same key when retrying it.", slug="idempotency-key-required",
-                          title="Idempotency-Key required", status=400)
+            raise IdempotencyKeyRequired("The Idempotency-Key header is required: send a new unique key (for example "
+                                         "a UUID) with each purchase, and the same key when retrying it.")
         if not KEY_RE.match(key):
-            raise Problem("The Idempotency-Key must be 1 to 255 visible ASCII characters.",
-                          slug="idempotency-key-invalid", title="Invalid Idempotency-Key", status=400)
+            raise IdempotencyKeyInvalid("The Idempotency-Key must be 1 to 255 visible ASCII characters.")
         body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         attribute, epsilon, cohort, quoted, spec = self._request(body.validated_data)
@@ -334,8 +355,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if q.included == 0:
             raise _nothing_to_sell(q)
         if quoted is not None and q.price > quoted:
-            raise Problem(f"The price is now {q.price}, more than the {quoted} quoted: ask for a new quote.",
-                          status=409, slug="quote-outdated", title="Quote outdated")
+            raise PriceChanged(f"The price is now {q.price}, more than the {quoted} quoted: ask for a new quote.")
         if spec is None:
             purchase, created = purchase_claim(buyer=request.user, attribute=attribute, epsilon=epsilon,
                                                cohort=cohort, idempotency_key=key)
@@ -421,8 +441,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             purchase.refresh_from_db()
             return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
         if _locked(purchase.id):
-            raise Problem("A purchase with this Idempotency-Key is still in flight; retry when it has finished.",
-                          status=409, slug="in-flight", title="Still in flight")
+            raise InFlight("A purchase with this Idempotency-Key is still in flight; retry when it has finished.")
         return self._run(purchase, candidates, total, created=False)
 
     def _respond(self, purchase: Purchase, status: int):
@@ -435,8 +454,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _completed(self) -> Purchase:
         purchase = self.get_object()
         if purchase.status != Purchase.Status.COMPLETED:
-            raise Problem(f"The purchase is {purchase.status}: outputs and estimates exist once it has completed.",
-                          status=409, slug="purchase-not-completed", title="Purchase not completed")
+            raise PurchaseNotCompleted(f"The purchase is {purchase.status}: outputs and estimates exist once it has "
+                                       f"completed.")
         return purchase
 
     @extend_schema(
@@ -448,7 +467,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
         ],
         responses={200: s.OutputPageSerializer, (200, "text/csv"): OpenApiTypes.STR,
-                   **problems(400, 401, 403, 404, 406, 409, 429, d409="The purchase has not completed.")})
+                   **problems(400, 401, 403, 404, 406, 429, PurchaseNotCompleted,
+                              d409="The purchase has not completed.")})
     @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, renderers.BrowsableAPIRenderer,
                                                             CSVRenderer], filter_backends=[], pagination_class=None)
     def outputs(self, request, pk=None):
@@ -471,14 +491,13 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     @extend_schema(summary="Estimates from the purchased outputs",
                    responses={200: s.EstimateSerializer,
-                              **problems(401, 403, 404, 409, 429,
+                              **problems(401, 403, 404, 429, PurchaseNotCompleted, NoOutputs,
                                          d409="The purchase has not completed, or released no values.")})
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
     def estimate(self, request, pk=None):
         purchase = self._completed()
         if purchase.included == 0:
-            raise Problem("This purchase released no values: there is nothing to estimate from.", status=409,
-                          slug="no-outputs", title="No outputs")
+            raise NoOutputs("This purchase released no values: there is nothing to estimate from.")
         result = selectors.purchase_estimate(purchase)
         return Response(s.EstimateSerializer({"purchase": purchase.id, "attribute": purchase.attribute_id,
                                               "kind": purchase.attribute.kind, "mechanism": purchase.mechanism,
@@ -508,12 +527,6 @@ class SurveyViewSet(PurchaseViewSet):
     def get_extra_actions(cls):
         return []  # no outputs and no separate estimate: a survey releases only its aggregate, shown in the survey
 
-    def get_serializer_context(self):
-        context = super().get_serializer_context()
-        user = self.request.user
-        context["show_result"] = not (is_auditor(user) and not is_staff(user))  # auditors: bookkeeping only
-        return context
-
     @extend_schema(
         summary="Commission a survey",
         parameters=[IDEMPOTENCY_HEADER], request=s.SURVEY_CREATE_REQUEST,
@@ -521,7 +534,7 @@ class SurveyViewSet(PurchaseViewSet):
                    201: OpenApiResponse(s.SurveySerializer, description="Completed in this request."),
                    202: OpenApiResponse(s.SurveySerializer, description="Large: running in the background; poll "
                                                                         "the Location for status and progress."),
-                   **problems(400, 401, 402, 403, 409, 429)})
+                   **problems(401, 403, 429, *CREATE_PROBLEMS)})
     def create(self, request, *args, **kwargs):
         return super().create(request, *args, **kwargs)
 

@@ -22,3 +22,22 @@ def money(value) -> str:
     if value is None or value == "":
         return "0.0000"
     return f"{Decimal(str(value)).quantize(Decimal('0.0001')):f}"
+
+
+@register.filter
+def uses_portal(user) -> bool:
+    """Whether ``user`` may use the owner portal (``accounts.roles.can_use_portal``)."""
+    from accounts import roles
+
+    return roles.can_use_portal(user)
+
+
+@register.filter
+def role_name(user) -> str:
+    """The role ``user`` acts with, in words with its article: "an auditor", "a staff" (superusers: staff)."""
+    from accounts import roles
+    from accounts.models import User
+
+    role = roles.role_of(user)
+    label = User.Role(role).label.lower() if role else "inactive"
+    return f"{'an' if label[0] in 'aeiou' else 'a'} {label}"

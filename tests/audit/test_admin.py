@@ -137,14 +137,19 @@ def test_raw_values_only_for_staff_and_never_sealed_bytes(market, auditor, staff
     assert b"(deleted by its owner)" in deleted.content
 
 
-def test_chain_page_withholds_unreleased_steps_from_auditors(market, auditor, staff):
+def test_chain_page_withholds_every_output_from_auditors(market, auditor, staff):
+    """Released outputs are data buyers paid for and the others were never sold: auditors see neither, only each
+    step's epsilon and whether it was released (staff see everything)."""
     value = market.fixed[3]  # ceiling 2, chain to 2.0 (20 steps), released up to 1.0
     assert BudgetAccount.objects.get(value=value).chain_loss == 1
     auditor_page = logged_in(auditor).get(url(Chain, "change", value.pk)).content.decode()
     staff_page = logged_in(staff).get(url(Chain, "change", value.pk)).content.decode()
-    assert auditor_page.count("<em>withheld</em>") == 10 and "10 steps above it" in auditor_page
+    assert auditor_page.count("<em>withheld</em>") == 20
+    assert "10 released steps" in auditor_page and "10 steps above it" in auditor_page
     assert staff_page.count("<em>withheld</em>") == 0
     assert "0.1, 0.2, 0.3" in auditor_page  # the epsilons themselves are not secret
+    assert auditor_page.count("<td>yes</td>") == 10  # nor is which steps were released
+    assert not any(f"<td>{label}</td>" in auditor_page for label in ("red", "green", "blue"))
 
 
 def test_people_without_a_console_role_are_kept_out(market, owner):

@@ -22,3 +22,45 @@ def test_superusers_keep_is_staff_and_unknown_roles_are_refused(db):
         grant_role(root, "admin")
     inactive = grant_role(OwnerFactory(is_active=False), "auditor")
     assert inactive.is_staff and not can_audit(inactive)
+
+
+def test_each_account_acts_with_exactly_one_role_and_is_staff_is_none(db):
+    from django.contrib.auth.models import AnonymousUser
+
+    from accounts import roles
+    from tests.factories import AuditorFactory, BuyerFactory, StaffFactory
+
+    auditor, staff, buyer = AuditorFactory(), StaffFactory(), BuyerFactory()
+    root = User.objects.create_superuser("root", "r@example.org", "pw")  # role field: owner
+    assert auditor.is_staff and roles.role_of(auditor) == "auditor"
+    assert not roles.is_staff_role(auditor) and not roles.can_read_purchased_data(auditor) and roles.can_audit(auditor)
+    assert roles.role_of(staff) == "staff" and roles.can_read_purchased_data(staff) and roles.can_curate(staff)
+    assert roles.role_of(root) == "staff" and not roles.can_use_portal(root) and not roles.can_buy(root)
+    assert roles.is_superuser(root) and not roles.is_superuser(staff)
+    grant_role(root, "buyer")
+    assert roles.role_of(root) == "staff"  # a superuser is staff whatever its role field says
+    buyer.is_active = False
+    assert roles.role_of(buyer) is None and not roles.can_buy(buyer)
+    assert roles.role_of(AnonymousUser()) is None and roles.role_of(None) is None
+    hand_made = BuyerFactory(is_staff=True)  # is_staff set by hand grants nothing
+    assert roles.role_of(hand_made) == "buyer" and not roles.can_audit(hand_made)
+
+
+def test_no_interface_decides_by_is_staff_or_the_role_field_itself():
+    """``accounts.roles`` is the only place that reads ``is_staff``, ``is_superuser`` or the role field to decide
+    what an account may do (a second copy is how auditors, who have is_staff, came to read purchased data)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"(?<!roles)\.(is_staff|is_superuser)\b(?!\s*=[^=])|\.role\s*(==|!=|\bin\b|\bnot\b)"
+                         r"|get_role_display")
+    offenders = []
+    for package in ("accounts", "market", "portal", "ldpmarket", "templates"):
+        for path in (root / package).rglob("*"):
+            if path.suffix not in (".py", ".html") or "migrations" in path.parts or path.name == "roles.py":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
