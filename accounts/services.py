@@ -96,10 +96,10 @@ def event_rows(budgets: list[BudgetAccount], kind: str) -> ledger.Rows:
 
 
 def _extend_on_commit(budget: BudgetAccount) -> None:
-    from market.tasks import extend_chains
+    from market.tasks import enqueue, extend_chains
 
     attribute_id = budget.value.attribute_id
-    transaction.on_commit(lambda: extend_chains.delay(attribute_id, [budget.value_id]))
+    enqueue(extend_chains, attribute_id, [budget.value_id])
 
 
 def budget_set_ceiling(*, value_id: int, ceiling) -> BudgetAccount:
@@ -165,7 +165,7 @@ def schedules_advance(*, now: datetime | None = None) -> int:
     matching on the schedule itself so a concurrent change of policy is never
     overwritten.  Extension of the affected attributes is enqueued on commit.
     """
-    from market.tasks import extend_chains
+    from market.tasks import enqueue, extend_chains
 
     now = now or timezone.now()
     raised = 0
@@ -187,6 +187,6 @@ def schedules_advance(*, now: datetime | None = None) -> int:
                 raised += count
                 to_extend.update(attributes)
         for attribute_id in sorted(to_extend):
-            transaction.on_commit(lambda a=attribute_id: extend_chains.delay(a))
+            enqueue(extend_chains, attribute_id)
     return raised
 

@@ -327,11 +327,28 @@ class CursorPagination(pagination.CursorPagination):
 
 # ----------------------------------------------------------------------------------------------- throttles
 
+logger = logging.getLogger(__name__)
+
+
 class _LiveRates:
-    """Read the rate from the current settings on every request (DRF binds them at import otherwise)."""
+    """Read the rate from the current settings on every request (DRF binds them at import otherwise).
+
+    Counts live in the cache.  While Redis is down the cache (``ldpmarket.cache.FallbackRedisCache``) counts in
+    each process's memory, so limits still hold per process; should a cache raise anyway, the request is let
+    through (fail open) and a warning logged, never a 500 (docs/operations.md, "Redis down").
+    """
 
     def get_rate(self):
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+    def allow_request(self, request, view):
+        from ldpmarket.cache import unreachable
+
+        try:
+            return super().allow_request(request, view)
+        except unreachable() as exc:
+            logger.warning("throttle %r not applied: the cache is unreachable (%s)", self.scope, exc)
+            return True
 
 
 class AnonThrottle(_LiveRates, throttling.AnonRateThrottle):

@@ -121,6 +121,27 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# Recovery and outages (docs/operations.md).  Beat runs the sweeper every LDP_SWEEP_INTERVAL_SECONDS: a purchase
+# pending or running that nobody holds, with a heartbeat older than LDP_STALE_AFTER_SECONDS, is sent again (failed
+# once workers have started it LDP_PURCHASE_MAX_ATTEMPTS times), and so is an attribute's chain extension when a
+# chain could grow since that long and no extension of it runs.  Workers retry a lost broker for ever (Celery's
+# default gives up after 100 tries and exits).  The cache falls back to process memory while Redis is down
+# (ldpmarket.cache), trying Redis again after LDP_CACHE_RETRY_SECONDS.
+LDP_SWEEP_INTERVAL_SECONDS = env.float("LDP_SWEEP_INTERVAL_SECONDS", default=60.0)
+LDP_STALE_AFTER_SECONDS = env.int("LDP_STALE_AFTER_SECONDS", default=300)
+LDP_PURCHASE_MAX_ATTEMPTS = env.int("LDP_PURCHASE_MAX_ATTEMPTS", default=3)
+CELERY_BEAT_SCHEDULE["sweep-stranded"] = {
+    "task": "market.tasks.sweep_stranded",
+    "schedule": LDP_SWEEP_INTERVAL_SECONDS,
+    "options": {"expires": LDP_SWEEP_INTERVAL_SECONDS},  # a sweep that waited longer than that is dropped
+}
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A purchase running when the broker goes away needs only the database: let it finish (Celery 6 would cancel it).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+if REDIS_URL:
+    CACHES["default"] = {"BACKEND": "ldpmarket.cache.FallbackRedisCache", "LOCATION": REDIS_URL,
+                         "OPTIONS": {"retry_after": env.float("LDP_CACHE_RETRY_SECONDS", default=5.0)}}
+
 # Chain extension: values per transaction (memory stays flat in the number of values).
 LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=20000)
 

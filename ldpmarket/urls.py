@@ -1,17 +1,13 @@
 from django.contrib import admin
-from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-
-def health(request):
-    """Liveness for docker-compose and load balancers."""
-    return JsonResponse({"status": "ok"})
-
+from . import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("health/", health, name="health"),
+    path("health/", health.live, name="health"),
+    path("health/ready/", health.ready, name="health-ready"),
     path("api/v1/", include("market.api.urls", namespace="api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -242,7 +242,7 @@ class PurchaseAdmin(ReadOnlyAdmin):
     fields = ("id", "buyer", "attribute", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee_text",
               "cohort", "status", "idempotency_key", "candidates", "included", "excluded_ceiling", "excluded_paused",
               "excluded_withdrawn", "excluded_no_raw", "new_points", "price", "error", "created_at",
-              "completed_at", "ledger", "money")
+              "completed_at", "heartbeat_at", "attempts", "ledger", "money")
     readonly_fields = ("id", "ledger", "money", "guarantee_text")
 
     @admin.display(description="guarantee", ordering="guarantee")

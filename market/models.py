@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Length
 from django.db.models.lookups import Exact
+from django.utils import timezone
 
 EPS = {"max_digits": 12, "decimal_places": 6}
 
@@ -281,9 +282,16 @@ class Purchase(models.Model):
                                            "Christofides); empty for chain purchases.")
     result = models.JSONField(null=True, blank=True,
                               help_text="Surveys: the aggregate estimate (the only thing a survey releases).")
+    # Recovery (market.sweeper, docs/operations.md): when the purchase was last claimed, started or sent again,
+    # and how many times a worker started it.  Pending or running, not held (its row unlocked) and with a
+    # heartbeat older than LDP_STALE_AFTER_SECONDS, it is stranded: the sweeper sends it again or fails it.
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-id"]
+        indexes = [models.Index(fields=["heartbeat_at"], condition=Q(status__in=["pending", "running"]),
+                                name="purchase_unfinished_heartbeat")]
         constraints = [
             models.UniqueConstraint(fields=["buyer", "idempotency_key"], name="purchase_idempotency_key_unique"),
             models.CheckConstraint(condition=Q(epsilon__gt=0, epsilon__lte=700), name="purchase_epsilon_range"),

@@ -13,6 +13,7 @@ Nothing here writes to the database.  What a buyer can learn from these reads:
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,6 +37,8 @@ from . import domain
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk
 from .pricing import PricePolicy, units_to_decimal
 from .purchases import candidates, held_epsilons, micro
+
+logger = logging.getLogger(__name__)
 
 #: At most this many histogram buckets per attribute (every k-th grid point when the grid is longer).
 MAX_BUCKETS = 100
@@ -430,12 +433,23 @@ def progress_key(purchase_id: int) -> str:
 
 
 def progress_set(purchase_id: int, processed: int, total: int) -> None:
-    cache.set(progress_key(purchase_id), {"processed": int(processed), "total": int(max(total, processed))},
-              timeout=24 * 3600)
+    """Record a purchase's progress in the cache, best-effort: it is called inside the purchase's transaction but
+    is no part of it, so a cache error is logged and ignored (it never fails, rolls back or strands the
+    purchase; the cache backend bounds how long an unreachable Redis can hold it up, docs/operations.md)."""
+    try:
+        cache.set(progress_key(purchase_id), {"processed": int(processed), "total": int(max(total, processed))},
+                  timeout=24 * 3600)
+    except Exception:  # noqa: BLE001 - progress is informative only
+        logger.warning("could not record the progress of purchase %s", purchase_id, exc_info=True)
 
 
 def progress_get(purchase_id: int) -> dict | None:
-    return cache.get(progress_key(purchase_id))
+    """A purchase's progress, or None (none recorded, or the cache is unreachable)."""
+    try:
+        return cache.get(progress_key(purchase_id))
+    except Exception:  # noqa: BLE001 - progress is informative only
+        logger.warning("could not read the progress of purchase %s", purchase_id, exc_info=True)
+        return None
 
 
 def progress_reporter(purchase_id: int, total: int):

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 
+from contextlib import contextmanager
 from datetime import datetime
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import Error, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -153,9 +154,48 @@ def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None =
     worker just extended is not extended again), re-read, advanced by
     ``chains.grow`` (one ``relax`` call per grid step) and written back
     set-based.  Idempotent: a second run finds nothing to do.  A worker killed
-    mid-batch leaves that batch untouched (rolled back).
+    mid-batch leaves that batch untouched (rolled back), and the batches before it
+    committed: the sweeper (``market.sweeper``) sends the extension again and it grows
+    what is left.  While it runs it holds the attribute's extension lock
+    (``_extension_running``), which tells the sweeper it is not stranded.
     """
     attribute = Attribute.objects.get(id=attribute_id)
+    with _extension_running(attribute.id):
+        return _extend(attribute, value_ids, batch_size, rng)
+
+
+#: First key of the advisory locks that mark a running extension (the second is the attribute id).
+EXTENSION_LOCK = 0x4C445045  # "LDPE"
+
+
+def extension_lock_key(attribute_id: int) -> tuple[int, int]:
+    return EXTENSION_LOCK, int(attribute_id) % (2 ** 31)
+
+
+@contextmanager
+def _extension_running(attribute_id: int):
+    """Mark an extension of the attribute as running, for the sweeper (``market.sweeper``), on PostgreSQL: a
+    shared advisory lock (extensions still run side by side), held by the session, so a killed worker's lock
+    ends with its session; inside a transaction, until it ends."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    key = list(extension_lock_key(attribute_id))
+    scoped = connection.in_atomic_block
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT pg_advisory{'_xact' if scoped else ''}_lock_shared(%s, %s)", key)
+    try:
+        yield
+    finally:
+        if not scoped:
+            try:
+                with connection.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock_shared(%s, %s)", key)
+            except Error:  # the session is gone, and its lock with it
+                pass
+
+
+def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int:
     batch_size = batch_size or settings.LDP_EXTENSION_BATCH
     grid = chains.Grid.of(attribute)
     pending = _extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True)

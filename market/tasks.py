@@ -1,43 +1,83 @@
 """Celery tasks: thin wrappers over services. They take ids, are idempotent, and retry a bounded number of times.
 
 ``acks_late`` with ``reject_on_worker_lost`` (settings) means a task whose
-worker dies is delivered again; each batch is one transaction, so a re-run
-completes exactly what the dead worker rolled back.
+pool process dies is delivered again; each batch is one transaction, so a re-run
+completes exactly what the dead worker rolled back.  A whole worker killed, or a
+message lost with the broker, is recovered by ``sweep_stranded`` (beat), not by the
+broker's visibility timeout (docs/operations.md).
+
+Results live in the database (a purchase's status, the chains), so no task stores
+one in the result backend: a broker or backend outage cannot fail a task that
+has done its work.
 """
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
+
+logger = logging.getLogger(__name__)
 
 RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": True, "max_retries": 5}
 
 
-@shared_task(time_limit=60 * 60, soft_time_limit=55 * 60, **RETRY)
+def enqueue(task, *args) -> None:
+    """Send ``task(*args)`` once the current transaction commits (at once outside one).
+
+    If the broker cannot take it, the error is logged and nothing else happens: the work is already recorded
+    in the database, and ``sweep_stranded`` sends it once the broker is back (docs/operations.md).
+    """
+    from kombu.exceptions import OperationalError as BrokerError
+
+    def send():
+        try:
+            task.delay(*args)
+        except (BrokerError, ConnectionError, OSError) as exc:
+            logger.error("could not send %s%r to the broker (%s); the sweeper sends it again later",
+                         task.name, args, exc)
+
+    transaction.on_commit(send)
+
+
+@shared_task(time_limit=60 * 60, soft_time_limit=55 * 60, ignore_result=True, **RETRY)
 def extend_chains(attribute_id: int, value_ids: list[int] | None = None) -> int:
     from .services import chains_extend
 
     return chains_extend(attribute_id=attribute_id, value_ids=value_ids)
 
 
-@shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, **RETRY)
+@shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
 def advance_schedules() -> int:
     from accounts.services import schedules_advance
 
     return schedules_advance()
 
 
+@shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
+def sweep_stranded() -> str:
+    """Send again (or fail) the purchases and chain extensions nobody is running any more (``market.sweeper``)."""
+    from .sweeper import sweep
+
+    return str(sweep())
+
+
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, time_limit=30 * 60, soft_time_limit=28 * 60,
-             max_retries=5)
+             max_retries=5, ignore_result=True)
 def run_purchase(self, purchase_id: int) -> str:
     """Run a claimed purchase, one-shot purchase or survey (API: large ones answer 202 and enqueue this on commit).
 
     Idempotent: ``purchase_execute`` (``oneshot_execute``) returns a completed purchase as it is, and
     its single transaction means a worker killed mid-way leaves nothing behind
-    (the message is redelivered, ``acks_late``).  A refused purchase
-    (``PurchaseError``: short of credit, ...) is recorded as failed with the
+    (a killed pool process's message is redelivered, ``acks_late``; a killed worker's purchase is sent again by
+    the sweeper).  Starting it marks it ``running``, counts the attempt and renews its heartbeat.  A refused
+    purchase (``PurchaseError``: short of credit, ...) is recorded as failed with the
     reason; database hiccups are retried with backoff, a bounded number of times.
+    Progress goes to the cache, best-effort: a cache outage never fails the purchase.
     """
     from celery.exceptions import SoftTimeLimitExceeded
+    from django.db.models import F
+    from django.utils import timezone
 
     from .models import Purchase
     from .oneshot import execute
@@ -49,8 +89,8 @@ def run_purchase(self, purchase_id: int) -> str:
         return purchase.status if purchase else "missing"
     _, total = request_size(purchase)
     progress_set(purchase_id, 0, total)
-    Purchase.objects.filter(id=purchase_id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
-        status=Purchase.Status.RUNNING, error="")
+    Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
+        status=Purchase.Status.RUNNING, error="", attempts=F("attempts") + 1, heartbeat_at=timezone.now())
     try:
         return execute(purchase_id=purchase_id, progress=progress_reporter(purchase_id, total)).status
     except PurchaseConflict as exc:  # a concurrent change: nothing was written, running again succeeds

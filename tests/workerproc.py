@@ -14,14 +14,20 @@ the unacknowledged-message index included), so that:
 Start it through :class:`Broker` (which also sends tasks to it, or has what the project's code enqueues sent
 to it, and reads its cache); run this module as
 ``python -m tests.workerproc <celery worker args>`` to start a worker with the broker options given in the
-``LDP_TEST_BROKER_TRANSPORT_OPTIONS`` environment variable (JSON): plain ``celery worker`` has no way to
-set them from the environment.
+``LDP_TEST_BROKER_TRANSPORT_OPTIONS`` environment variable (JSON), and ``LDP_TEST_QUEUE`` as the queue
+of everything it (or its embedded beat, ``-B``) enqueues: plain ``celery worker`` has no way to set them
+from the environment.
+
+:class:`RedisServer` is a Redis server of the test's own (its own port), for broker and cache outages.
 """
 from __future__ import annotations
 
 import json
 import os
+import random
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +37,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS_ENV = "LDP_TEST_BROKER_TRANSPORT_OPTIONS"
+QUEUE_ENV = "LDP_TEST_QUEUE"
 
 
 def redis_url(db: int | None = None) -> str:
@@ -101,6 +108,51 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, message=lambda
     raise AssertionError(f"timed out after {timeout}s: {message()}")
 
 
+class RedisServer:
+    """A Redis server of the test's own, on a free port of its own (6390 and up), that the test can stop and
+    start again on the same port: a broker or cache outage without touching the shared server.
+
+    ``redis-server --save "" --appendonly no --daemonize yes``; :meth:`stop` is ``redis-cli shutdown nosave``
+    (everything it held is lost, as in a crash).
+    """
+
+    def __init__(self, tmp_path: Path):
+        if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+            import pytest
+
+            pytest.skip("needs redis-server and redis-cli")
+        self.dir = tmp_path
+        self.port = self._free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.start()
+
+    @staticmethod
+    def _free_port() -> int:
+        for port in random.sample(range(6390, 6990), 600):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise AssertionError("no free port for a private Redis server")
+
+    def ping(self) -> bool:
+        return subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
+                              text=True).stdout.strip() == "PONG"
+
+    def start(self) -> None:
+        subprocess.run(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--daemonize", "yes", "--dir", str(self.dir),
+                        "--pidfile", str(self.dir / f"redis-{self.port}.pid"),
+                        "--logfile", str(self.dir / f"redis-{self.port}.log")], check=True)
+        wait_until(self.ping, 10, message=lambda: f"redis-server on {self.port} did not start")
+
+    def stop(self) -> None:
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True)
+        wait_until(lambda: not self.ping(), 10, message=lambda: f"redis-server on {self.port} did not stop")
+
+
 class Broker:
     """A private broker namespace (Redis database + key prefix + queue) for this test's workers.
 
@@ -108,10 +160,10 @@ class Broker:
     worker died) is put back in the queue by any worker of this namespace.
     """
 
-    def __init__(self, tmp_path: Path, *, visibility_timeout: float = 3600):
+    def __init__(self, tmp_path: Path, *, visibility_timeout: float = 3600, url: str | None = None):
         from celery import Celery
 
-        self.url = redis_url()
+        self.url = url or redis_url()
         self.tag = f"ldptest-{uuid.uuid4().hex[:12]}"
         self.queue = self.tag
         self.options = {"global_keyprefix": f"{self.tag}:", "visibility_timeout": visibility_timeout,
@@ -142,8 +194,10 @@ class Broker:
         monkeypatch.setitem(app.conf, "task_always_eager", False)
         monkeypatch.setattr(app, "send_task", send_task)
 
-    def start(self, **env) -> Worker:
-        worker = Worker(self, self.tmp_path / f"{self.tag}-worker{len(self.workers)}.log", env)
+    def start(self, *, beat: bool = False, **env) -> Worker:
+        """A worker of this namespace (``env``: settings for it, e.g. ``LDP_EXTENSION_BATCH=100``); ``beat``: with
+        Celery beat embedded (``-B``), which sends the periodic tasks to this namespace's queue."""
+        worker = Worker(self, self.tmp_path / f"{self.tag}-worker{len(self.workers)}.log", env, beat=beat)
         self.workers.append(worker)
         worker.wait_ready()
         return worker
@@ -164,16 +218,21 @@ class Broker:
         """Stop every worker, then drop every broker key of this namespace (queue, unacked index, bindings)."""
         for worker in self.workers:
             worker.stop()
-        r = self.redis()
-        for key in self.keys():
-            r.delete(key)
+        import redis
+
+        try:
+            r = self.redis()
+            for key in self.keys():
+                r.delete(key)
+        except redis.ConnectionError:  # a private server the test has stopped: nothing is left in it
+            pass
         self.app.close()
 
 
 class Worker:
     """One ``celery worker`` process group (main process + one prefork child)."""
 
-    def __init__(self, broker: Broker, log: Path, extra_env: dict):
+    def __init__(self, broker: Broker, log: Path, extra_env: dict, *, beat: bool = False):
         from django.conf import settings
 
         self.broker, self.log_path = broker, log
@@ -188,6 +247,7 @@ class Worker:
             "DATABASE_URL": database_url(self.db_name),
             "REDIS_URL": broker.url,
             OPTIONS_ENV: json.dumps(broker.options),
+            QUEUE_ENV: broker.queue,
             "PYTHONPATH": str(ROOT),
             **{k: str(v) for k, v in extra_env.items()},
         }
@@ -197,7 +257,8 @@ class Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.workerproc", "--pool=prefork", "--concurrency=1", "-Q", broker.queue,
              "-n", self.node, "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "--prefetch-multiplier=1"],
+             "--prefetch-multiplier=1",
+             *(["-B", "-s", str(log.with_suffix(".beat-schedule"))] if beat else [])],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def text(self) -> str:
@@ -268,6 +329,8 @@ def main(argv: list[str]) -> None:
     options = json.loads(os.environ.get(OPTIONS_ENV) or "{}")
     if options:
         app.conf.broker_transport_options = options
+    if os.environ.get(QUEUE_ENV):  # what the worker and its beat enqueue goes to the test's own queue
+        app.conf.task_default_queue = os.environ[QUEUE_ENV]
     app.worker_main(["worker", *argv])
 
 

@@ -404,11 +404,10 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _run(self, purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None):
         """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
         if self._async(candidates):
-            from market.tasks import run_purchase
+            from market.tasks import enqueue, run_purchase
 
             selectors.progress_set(purchase.id, 0, total)
-            pid = purchase.id
-            transaction.on_commit(lambda: run_purchase.delay(pid))
+            enqueue(run_purchase, purchase.id)
             purchase.refresh_from_db()
             return self._respond(purchase, 202)
         Purchase.objects.filter(id=purchase.id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
@@ -434,10 +433,9 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             # back): send it again.  The task is idempotent, so a copy still queued or redelivered later (Redis
             # visibility timeout) finds it completed; one whose worker is just starting waits for its lock.
             if purchase.status in (Purchase.Status.PENDING, Purchase.Status.RUNNING) and not _locked(purchase.id):
-                from market.tasks import run_purchase
+                from market.tasks import enqueue, run_purchase
 
-                pid = purchase.id
-                transaction.on_commit(lambda: run_purchase.delay(pid))
+                enqueue(run_purchase, purchase.id)
             purchase.refresh_from_db()
             return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
         if _locked(purchase.id):

@@ -109,10 +109,10 @@ def snapshot(attribute) -> dict:
 
 
 def purchase_row(purchase) -> dict:
-    """The purchase's stored fields but its status (which says ``running`` from the task's start)."""
+    """The purchase's stored fields but those the task's start sets (``running``, its attempt, its heartbeat)."""
     row = Purchase.objects.filter(id=purchase.id).values().get()
-    row.pop("status")
-    row.pop("error")
+    for started in ("status", "error", "attempts", "heartbeat_at"):
+        row.pop(started)
     return row
 
 

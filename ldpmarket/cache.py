@@ -1,0 +1,97 @@
+"""The cache: Redis, degrading to a process-local cache while Redis is unreachable (docs/operations.md).
+
+Everything the service keeps in the cache can be lost or recomputed: API throttle counts, the portal's
+sign-in failure counts, purchase progress, cached estimates.  So a Redis outage must not turn requests into
+errors.  :class:`FallbackRedisCache` is Django's ``RedisCache`` with
+
+* short socket timeouts (``socket_connect_timeout``, ``socket_timeout``; OPTIONS), so an unreachable Redis
+  costs at most about a second, not a hung request;
+* a fallback: an operation that fails with a connection error (or a timeout, or a read-only replica) is done
+  on a local-memory cache of this process instead, and for ``retry_after`` seconds (OPTIONS, default 5) every
+  operation goes there directly, without trying Redis; then Redis is tried again.  A warning is logged when
+  Redis is lost and when it is back.
+
+While Redis is down each process counts throttles and sign-in failures on its own (limits hold per process);
+progress written by a worker is not seen by the web processes; cached estimates are recomputed.
+
+:meth:`FallbackRedisCache.ping` asks Redis itself (no fallback), for ``/health/ready/``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.cache.backends.redis import RedisCache
+
+logger = logging.getLogger(__name__)
+
+#: Operations of Django's cache API that reach Redis (the others are built on these).
+OPERATIONS = ("add", "get", "set", "touch", "delete", "get_many", "has_key", "incr", "set_many", "delete_many",
+              "clear")
+#: Per Redis location: until when (``time.monotonic()``) to use the local cache without trying Redis.
+_down_until: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+def unreachable() -> tuple[type[Exception], ...]:
+    """The exceptions that mean Redis cannot be reached (as opposed to a wrong use of it)."""
+    from redis.exceptions import ConnectionError, ReadOnlyError, TimeoutError
+
+    return ConnectionError, TimeoutError, ReadOnlyError, OSError
+
+
+class FallbackRedisCache(RedisCache):
+    """``RedisCache`` that falls back to a process-local cache while Redis is unreachable (module docstring)."""
+
+    def __init__(self, server, params):
+        params = dict(params)
+        options = dict(params.get("OPTIONS") or {})
+        self.retry_after = float(options.pop("retry_after", 5))
+        options.setdefault("socket_connect_timeout", 1)
+        options.setdefault("socket_timeout", 2)
+        params["OPTIONS"] = options
+        super().__init__(server, params)
+        self.location = server if isinstance(server, str) else ",".join(server)
+        local = {k: v for k, v in params.items() if k in ("TIMEOUT", "KEY_PREFIX", "VERSION", "KEY_FUNCTION")}
+        self.local = LocMemCache(f"ldpmarket-fallback:{self.location}", {**local, "OPTIONS": {"MAX_ENTRIES": 10000}})
+
+    def ping(self) -> None:
+        """Raise unless Redis answers (no fallback)."""
+        self._cache.get_client(write=True).ping()
+
+    def redis_down(self) -> bool:
+        return time.monotonic() < _down_until.get(self.location, 0.0)
+
+    def _call(self, name: str, *args, **kwargs):
+        if not self.redis_down():
+            try:
+                result = getattr(super(), name)(*args, **kwargs)
+            except unreachable() as exc:
+                with _lock:
+                    first = _down_until.get(self.location, 0.0) == 0.0
+                    _down_until[self.location] = time.monotonic() + self.retry_after
+                if first:
+                    logger.warning("the cache (Redis) is unreachable (%s): using this process's memory until it "
+                                   "is back", exc)
+            else:
+                if _down_until.get(self.location):
+                    with _lock:
+                        _down_until.pop(self.location, None)
+                    logger.warning("the cache (Redis) is back")
+                return result
+        return getattr(self.local, name)(*args, **kwargs)
+
+
+def _operation(name: str):
+    def method(self, *args, **kwargs):
+        return self._call(name, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}`` on Redis, or on the local fallback while Redis is unreachable."
+    return method
+
+
+for _name in OPERATIONS:
+    setattr(FallbackRedisCache, _name, _operation(_name))
