@@ -327,8 +327,6 @@ class CursorPagination(pagination.CursorPagination):
 
 # ----------------------------------------------------------------------------------------------- throttles
 
-logger = logging.getLogger(__name__)
-
 
 class _LiveRates:
     """Read the rate from the current settings on every request (DRF binds them at import otherwise).
@@ -347,7 +345,7 @@ class _LiveRates:
         try:
             return super().allow_request(request, view)
         except unreachable() as exc:
-            logger.warning("throttle %r not applied: the cache is unreachable (%s)", self.scope, exc)
+            log.warning("throttle %r not applied: the cache is unreachable (%s)", self.scope, exc)
             return True
 
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('market', '0006_drop_redundant_fk_indexes'),
+        ('market', '0007_grid_within_sampler_limit'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
