@@ -16,9 +16,9 @@ RUN pip install -r requirements.txt
 COPY . .
 
 # Static files for whitenoise. collectstatic needs settings to load but touches no database and no key
-# material, so throw-away values suffice here; the real keys come from the environment at run time.
-RUN DJANGO_SECRET_KEY=collectstatic LDP_VALUE_KEY=collectstatic LDP_PSEUDONYM_KEY=collectstatic \
-    python manage.py collectstatic --noinput -v0
+# material: DJANGO_DEBUG=1 for this one command lets the settings use their development keys (weak keys
+# refuse start-up without it). The services run with DJANGO_DEBUG=0 and the real keys from the environment.
+RUN DJANGO_DEBUG=1 python manage.py collectstatic --noinput -v0
 
 RUN useradd --create-home --uid 10001 ldpmarket
 USER ldpmarket

@@ -30,6 +30,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from .lockout import AdminSignInForm
 from .models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
 from . import roles
 from .roles import can_audit, sync_staff_flag
@@ -38,6 +39,7 @@ admin.site.site_header = "ldpmarket console"
 admin.site.site_title = "ldpmarket console"
 admin.site.index_title = "Audit and administration"
 admin.site.index_template = "admin/ldp/index.html"
+admin.site.login_form = AdminSignInForm  # says when the sign-in lockout refused a sign-in (docs/security.md)
 
 
 # =============================================================================================

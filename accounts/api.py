@@ -1,21 +1,47 @@
-"""POST /api/v1/auth/token/: username and password -> a REST framework token (spec service.md section 4)."""
+"""API tokens (docs/security.md, "Credentials and sign-in"): obtain one, revoke it, revoke them all.
+
+* ``POST /api/v1/auth/token/``: username and password -> a new token and its expiry.  Failed attempts count
+  towards the one sign-in lockout policy (``accounts.lockout``); a locked-out sign-in is a 429 problem.
+* ``POST /api/v1/auth/logout/``: revoke the token the request is made with.
+* ``POST /api/v1/auth/logout-all/``: revoke every token of the account.
+"""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from knox.views import LoginView, LogoutAllView, LogoutView
+from rest_framework import exceptions, serializers
 from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.parsers import FormParser
+from rest_framework.permissions import AllowAny
 
-from ldpmarket.api import AnonThrottle, DecimalJSONParser
-from market.api.serializers import ProblemSerializer, TokenSerializer
+from ldpmarket.api import AnonThrottle, DecimalJSONParser, Problem
+from market.api.serializers import ProblemSerializer
+
+from .lockout import PROBLEM_SLUG, PROBLEM_TITLE, is_locked_out, locked_message, seconds_left
+from .tokens import TokenAuthentication
 
 PROBLEM = "application/problem+json"
 
 
-class ObtainTokenView(ObtainAuthToken):
-    """Exchange a username and password for an API token (send it as ``Authorization: Token <token>``)."""
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="Send as the header Authorization: Token <token>. Shown once: the "
+                                            "service keeps only a digest of it.")
+    expiry = serializers.DateTimeField(help_text="When the token stops working (get a new one then).")
 
-    serializer_class = AuthTokenSerializer
+
+class SignInLocked(Problem):
+    status_code = 429
+
+    def __init__(self, request, credentials=None):
+        super().__init__(locked_message(), slug=PROBLEM_SLUG, title=PROBLEM_TITLE)
+        self.wait = seconds_left(request, credentials)
+
+
+class ObtainTokenView(LoginView):
+    """Exchange a username and password for a new API token (send it as ``Authorization: Token <token>``)."""
+
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
     parser_classes = (DecimalJSONParser, FormParser)
     throttle_classes = (AnonThrottle,)
 
@@ -23,6 +49,38 @@ class ObtainTokenView(ObtainAuthToken):
         summary="Get an API token", request=AuthTokenSerializer, auth=[],
         responses={200: TokenSerializer,
                    (400, PROBLEM): OpenApiResponse(ProblemSerializer, description="Wrong username or password."),
-                   (429, PROBLEM): OpenApiResponse(ProblemSerializer, description="Too many attempts.")})
-    def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
+                   (429, PROBLEM): OpenApiResponse(ProblemSerializer, description=(
+                       "Too many attempts: too many failed sign-ins (problem type sign-in-locked) or requests "
+                       "from this address; Retry-After says when to try again."))})
+    def post(self, request, format=None):
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        if not serializer.is_valid():
+            if is_locked_out(request):
+                raise SignInLocked(request)
+            raise exceptions.ValidationError(serializer.errors)
+        request.user = serializer.validated_data["user"]
+        return super().post(request, format=format)
+
+
+class RevokeTokenView(LogoutView):
+    """Revoke the token this request is made with; the account's other tokens keep working."""
+
+    authentication_classes = (TokenAuthentication,)
+
+    @extend_schema(summary="Revoke this API token", request=None,
+                   responses={204: OpenApiResponse(description="Revoked: the token no longer works."),
+                              (401, PROBLEM): OpenApiResponse(ProblemSerializer, description="No valid token.")})
+    def post(self, request, format=None):
+        return super().post(request, format=format)
+
+
+class RevokeAllTokensView(LogoutAllView):
+    """Revoke every API token of the account (for example after a token may have leaked)."""
+
+    authentication_classes = (TokenAuthentication,)
+
+    @extend_schema(summary="Revoke every API token of the account", request=None,
+                   responses={204: OpenApiResponse(description="Revoked: none of the account's tokens works."),
+                              (401, PROBLEM): OpenApiResponse(ProblemSerializer, description="No valid token.")})
+    def post(self, request, format=None):
+        return super().post(request, format=format)

@@ -101,6 +101,7 @@ def _server_env(db_url: str) -> dict:
         "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "DJANGO_DEBUG": "0",
         "LOG_LEVEL": "WARNING", "LDP_THROTTLE_ANON": "", "LDP_THROTTLE_USER": "", "LDP_THROTTLE_QUOTE": "",
         "LDP_THROTTLE_PURCHASE": "", "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",  # plain http on the loopback (docs/security.md)
     })
     # the same keys as the set-up in this process (sealed inputs, pseudonyms)
     for key in ("DJANGO_SECRET_KEY", "LDP_VALUE_KEY", "LDP_PSEUDONYM_KEY"):
@@ -301,9 +302,10 @@ def main() -> dict:
     _common.print_machine(info)
     from . import e3_purchase as e3
 
-    os.environ.setdefault("DJANGO_SECRET_KEY", "e4-benchmark-secret")
-    os.environ.setdefault("LDP_VALUE_KEY", "e4-benchmark-value-key")
-    os.environ.setdefault("LDP_PSEUDONYM_KEY", "e4-benchmark-pseudonym-key")
+    # fixed keys that pass the production rules (ldpmarket.keys): the server runs without DEBUG
+    os.environ.setdefault("DJANGO_SECRET_KEY", "e4-bench-S9kQ2wE7rT4yU1iO8pA5sD3fG6hJ0lZxCvBnM-e4-bench-key")
+    os.environ.setdefault("LDP_VALUE_KEY", "e4-bench-V7mN2bX9cZ4lK1jH8gF5dS3aQ0wE6rT-val")
+    os.environ.setdefault("LDP_PSEUDONYM_KEY", "e4-bench-P3oI8uY2tR7eW1qA9sD5fG4hJ6kL0zX-psd")
     server_url = postgres.server_url("E3_POSTGRES_URL", "E2_POSTGRES_URL")
     db_url = postgres.with_db(server_url, DB_NAME)
     print(f"E4 API under load: gunicorn --workers {WORKERS} --threads {THREADS} on 127.0.0.1 (loopback), "

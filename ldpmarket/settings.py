@@ -4,9 +4,13 @@ A ``.env`` file beside manage.py is read when present (``make run`` writes one
 with fresh keys on first use).  Defaults give the embedded set-up: SQLite and
 Celery running tasks in-process.
 """
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+
+from .clientaddr import parse_networks
+from .keys import require_strong_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -25,6 +29,37 @@ LDP_VALUE_KEY = env("LDP_VALUE_KEY", default="development-value-key-not-for-prod
 LDP_PSEUDONYM_KEY = env("LDP_PSEUDONYM_KEY", default="development-pseudonym-key" if DEBUG else None)
 if not LDP_VALUE_KEY or not LDP_PSEUDONYM_KEY:
     raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY and LDP_PSEUDONYM_KEY (or DJANGO_DEBUG=1).")
+if not DEBUG:  # weak, placeholder or repeated keys refuse start-up (docs/security.md, Keys)
+    require_strong_keys({"DJANGO_SECRET_KEY": SECRET_KEY, "LDP_VALUE_KEY": LDP_VALUE_KEY,
+                         "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY})
+
+# HTTPS (docs/security.md, Deployment). Without DEBUG: redirect to https, HSTS, cookies only over https.
+# Behind a proxy that terminates TLS, DJANGO_SECURE_PROXY_SSL_HEADER names the header it sets, e.g.
+# "HTTP_X_FORWARDED_PROTO,https"; set it only when the proxy always sets (or strips) that header.
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^health/"]  # probes inside the network speak plain http
+_proxy_ssl_header = [part.strip() for part in env.list("DJANGO_SECURE_PROXY_SSL_HEADER", default=[]) if part.strip()]
+if _proxy_ssl_header and (len(_proxy_ssl_header) != 2 or not _proxy_ssl_header[0].startswith("HTTP_")):
+    raise environ.ImproperlyConfigured(
+        "DJANGO_SECURE_PROXY_SSL_HEADER must be the META name of the header and the value meaning https, "
+        "e.g. HTTP_X_FORWARDED_PROTO,https (docs/security.md, Deployment).")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) or None
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0 if DEBUG else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# Client addresses: X-Forwarded-For counts only from these proxies (addresses or networks, comma-separated).
+LDP_TRUSTED_PROXIES = env.list("LDP_TRUSTED_PROXIES", default=[])
+try:
+    parse_networks(tuple(LDP_TRUSTED_PROXIES))
+except ValueError as exc:
+    raise environ.ImproperlyConfigured(f"{exc} (docs/security.md, Client addresses).") from None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -34,16 +69,21 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
+    "csp",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "market",
     "portal",
 ]
 
 MIDDLEWARE = [
+    "ldpmarket.clientaddr.ClientAddressMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "ldpmarket.csp.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "ldpmarket.middleware.CommonMiddleware",  # Django's, but a POST without its trailing slash is a clear 404
@@ -51,7 +91,22 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): every page loads only from this origin, and runs no inline code.
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}}
 
 ROOT_URLCONF = "ldpmarket.urls"
 WSGI_APPLICATION = "ldpmarket.wsgi.application"
@@ -78,6 +133,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "accounts.passwords.NotOnlyWhitespaceValidator"},
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -91,6 +147,36 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 LOGIN_URL = "/portal/login/"
+
+# One sign-in lockout policy for the token endpoint, the portal and /admin/ (django-axes; docs/security.md).
+AUTHENTICATION_BACKENDS = ["accounts.lockout.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+LDP_SIGNIN_FAILURES_PER_ACCOUNT = env.int("LDP_SIGNIN_FAILURES_PER_ACCOUNT", default=5)
+LDP_SIGNIN_FAILURES_PER_ADDRESS = env.int("LDP_SIGNIN_FAILURES_PER_ADDRESS", default=20)
+LDP_SIGNIN_COOLOFF_MINUTES = env.int("LDP_SIGNIN_COOLOFF_MINUTES", default=15)
+if min(LDP_SIGNIN_FAILURES_PER_ACCOUNT, LDP_SIGNIN_FAILURES_PER_ADDRESS, LDP_SIGNIN_COOLOFF_MINUTES) < 1:
+    raise environ.ImproperlyConfigured("LDP_SIGNIN_FAILURES_PER_ACCOUNT, LDP_SIGNIN_FAILURES_PER_ADDRESS and "
+                                       "LDP_SIGNIN_COOLOFF_MINUTES must be at least 1 (docs/security.md).")
+AXES_HANDLER = "accounts.lockout.LockoutHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # the rules of accounts.lockout.rules
+AXES_FAILURE_LIMIT = LDP_SIGNIN_FAILURES_PER_ACCOUNT
+AXES_COOLOFF_TIME = timedelta(minutes=LDP_SIGNIN_COOLOFF_MINUTES)
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # a lockout ends one cool-off after it began
+AXES_RESET_ON_SUCCESS = True  # forgets that account's failures from that address only (LockoutHandler)
+AXES_USERNAME_CALLABLE = "accounts.lockout.lockout_username"
+AXES_CLIENT_IP_CALLABLE = "ldpmarket.clientaddr.request_address"
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_DISABLE_ACCESS_LOG = True  # no row (and no session) per successful sign-in; failures are still recorded
+AXES_SENSITIVE_PARAMETERS = ["username", "password"]
+AXES_VERBOSE = False
+
+# API tokens (django-rest-knox): a digest at rest, an expiry, revocable; sent as "Authorization: Token <token>".
+LDP_TOKEN_TTL_HOURS = env.int("LDP_TOKEN_TTL_HOURS", default=24)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=LDP_TOKEN_TTL_HOURS),
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
+}
 
 # Redis: Celery broker and the cache. Without it, tasks run in-process (eager) and the cache is local memory.
 REDIS_URL = env("REDIS_URL", default="")
@@ -147,9 +233,11 @@ LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=20000)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.tokens.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    # Client addresses come from REMOTE_ADDR, which ldpmarket.clientaddr settles (trusted proxies only).
+    "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -179,6 +267,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Buy randomized data under local differential privacy with gradual release.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from this origin's static files (drf-spectacular-sidecar): they work offline and
+    # under the Content-Security-Policy.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Two models have a field named "kind": give each enum its own schema name.
     "ENUM_NAME_OVERRIDES": {
         "AttributeKindEnum": "market.models.Attribute.Kind",
@@ -195,4 +288,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    # django-axes logs every sign-in at INFO; failures and lockouts are WARNING
+    "loggers": {"axes": {"level": "WARNING"}},
 }

@@ -1,14 +1,19 @@
 """Settings for the test suite: the real settings with test keys, and Celery eager unless a test opts out.
 
+The keys are fixed but pass the production rules (``ldpmarket.keys``), since worker subprocesses load
+``ldpmarket.settings`` without DEBUG.  The test client speaks plain http, so the https redirect is off;
+everything else (HSTS on secure requests, secure cookies, CSP) is as in production.
+
 ``DATABASE_URL`` and ``REDIS_URL`` are honoured, so ``make test`` with them set
 runs on PostgreSQL and Redis (as CI does); the worker-integration tests start a
 real Celery worker against that broker.
 """
 import os
 
-os.environ.setdefault("DJANGO_SECRET_KEY", "test-secret-key")
-os.environ.setdefault("LDP_VALUE_KEY", "test-value-key")
-os.environ.setdefault("LDP_PSEUDONYM_KEY", "test-pseudonym-key")
+os.environ.setdefault("DJANGO_SECRET_KEY", "tst-s3cr3t-Kq8vZp2LmW9xRt4YbN7cJd1FgH5uE0aQsVw6iOyTzXk-tst")
+os.environ.setdefault("LDP_VALUE_KEY", "tst-vAlu3-P7mQ2xZ9wL4kR8tB1nC6vJ3hG5dF0-tst")
+os.environ.setdefault("LDP_PSEUDONYM_KEY", "tst-psEud0-N4bV7cX1zL9kJ2hG6fD3sA8qW5eR0-tst")
+os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
 
 from .settings import *  # noqa: E402,F401,F403
 

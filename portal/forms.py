@@ -19,11 +19,10 @@ from django.utils import timezone
 from accounts import roles
 from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import User
+from accounts.lockout import LockoutFormMixin
 from accounts.services import BudgetError, Schedule
 from market.domain import MAX_STRING, labels_of
 from market.models import Attribute
-
-from . import throttle
 
 UNITS = {"hours": timedelta(hours=1), "days": timedelta(days=1), "weeks": timedelta(weeks=1)}
 MAX_DURATION = timedelta(days=3660)
@@ -115,15 +114,13 @@ class SignUpForm(PlainLabels, forms.Form):
         return data
 
 
-class SignInForm(PlainLabels, AuthenticationForm):
-    """Django's sign-in form, for owners only, refusing for a while after repeated failures."""
+class SignInForm(PlainLabels, LockoutFormMixin, AuthenticationForm):
+    """Django's sign-in form, for owners only; the one sign-in lockout policy applies (accounts.lockout)."""
 
     error_messages = {
         **AuthenticationForm.error_messages,
         "invalid_login": "That username and password do not match an account. Check both and try again "
                          "(passwords are case-sensitive).",
-        "throttled": f"Too many failed sign-ins for this username. For your security, please wait "
-                     f"{throttle.WINDOW // 60} minutes and try again.",
         "not_owner": "This portal is for data owners. Buyers use the API; auditors and staff use the admin console.",
     }
 
@@ -131,20 +128,6 @@ class SignInForm(PlainLabels, AuthenticationForm):
         super().__init__(request, *args, **kwargs)
         self.fields["username"].error_messages["required"] = "Please enter your username."
         self.fields["password"].error_messages["required"] = "Please enter your password."
-
-    def clean(self):
-        username = self.cleaned_data.get("username")
-        ip = throttle.client_ip(self.request)
-        if username and throttle.blocked(username, ip):
-            raise ValidationError(self.error_messages["throttled"], code="throttled")
-        try:
-            data = super().clean()
-        except ValidationError:
-            if username:
-                throttle.record_failure(username, ip)
-            raise
-        throttle.reset(username, ip)
-        return data
 
     def confirm_login_allowed(self, user):
         super().confirm_login_allowed(user)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -29,6 +30,12 @@ VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P
 @pytest.fixture(scope="module")
 def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def strong_keys() -> dict[str, str]:
+    """Fresh keys as .env.example says to make them (weak ones refuse start-up: ldpmarket.keys)."""
+    return {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "LDP_VALUE_KEY": secrets.token_urlsafe(32),
+            "LDP_PSEUDONYM_KEY": secrets.token_urlsafe(32)}
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
@@ -230,7 +237,7 @@ print(json.dumps({
 
 @pytest.mark.parametrize("name", APP_SERVICES)
 def test_settings_load_in_production_mode_from_the_compose_environment(compose, name):
-    given = {"DJANGO_SECRET_KEY": "s" * 50, "LDP_VALUE_KEY": "v" * 43, "LDP_PSEUDONYM_KEY": "p" * 43}
+    given = strong_keys()
     env = {k: interpolate(v, given) for k, v in environment_of(compose["services"][name]).items()}
     env.update({"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "PYTHONPATH": str(ROOT)})
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
@@ -247,7 +254,7 @@ def test_settings_load_in_production_mode_from_the_compose_environment(compose, 
 
 def test_system_checks_pass_with_the_compose_environment(compose):
     """What gunicorn, the workers and ``make run`` import at start-up loads and passes ``manage.py check``."""
-    given = {"DJANGO_SECRET_KEY": "s" * 50, "LDP_VALUE_KEY": "v" * 43, "LDP_PSEUDONYM_KEY": "p" * 43}
+    given = strong_keys()
     env = {k: interpolate(v, given) for k, v in environment_of(compose["services"]["web"]).items()}
     env.update({"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "PYTHONPATH": str(ROOT)})
     probe = ("import environ; environ.Env.read_env = lambda *a, **k: None\n"

@@ -145,7 +145,8 @@ def test_idempotent():
     assert counts["Value"] == 2500 + sum(ONESHOT_DEMOS.values()) and counts["Dataset"] == 2 + len(ONESHOT_DEMOS)
     for needle in ("Binary experiment", "Categorical experiment", "0: 400, 1: 600",
                    "1: 100, 2: 200, 3: 300, 4: 400, 5: 500", "demo-buyer / demo-buyer-password",
-                   "demo-owner / demo-owner-password", "http://127.0.0.1:8000/admin/", "/api/v1/", "/portal/"):
+                   "demo-owner / demo-owner-password", "http://127.0.0.1:8000/admin/", "/api/v1/", "/portal/",
+                   "/api/v1/auth/token/   POST username and password"):
         assert needle in first, needle
 
 

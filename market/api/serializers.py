@@ -630,8 +630,3 @@ class SurveySerializer(PurchaseSerializer):
             return None
         return SurveyResultSerializer(obj.result).data
 
-
-# ------------------------------------------------------------------------------------------------ tokens
-
-class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField(help_text="Send as the header Authorization: Token <token>.")

@@ -2,7 +2,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from accounts.api import ObtainTokenView
+from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
 
 from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
@@ -16,6 +16,8 @@ router.register("surveys", SurveyViewSet, basename="survey")
 
 urlpatterns = [
     path("auth/token/", ObtainTokenView.as_view(), name="token"),
+    path("auth/logout/", RevokeTokenView.as_view(), name="token-revoke"),
+    path("auth/logout-all/", RevokeAllTokensView.as_view(), name="token-revoke-all"),
     path("quotes/", QuoteView.as_view(), name="quote"),
     *router.urls,
 ]

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from accounts.models import MoneyAccount
@@ -30,8 +30,8 @@ def _isolated_cache(settings):
 def client_for(user=None) -> APIClient:
     client = APIClient()
     if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        _, key = AuthToken.objects.create(user=user)  # as POST /api/v1/auth/token/ makes it
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 

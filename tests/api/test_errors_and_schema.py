@@ -33,8 +33,9 @@ def test_token_endpoint(buyer):
     r = anon.post("/api/v1/auth/token/", {"username": buyer.username, "password": PASSWORD}, format="json")
     assert r.status_code == 200
     token = r.json()["token"]
+    assert r.json()["expiry"]
     again = anon.post("/api/v1/auth/token/", {"username": buyer.username, "password": PASSWORD}, format="json")
-    assert again.json()["token"] == token
+    assert again.json()["token"] != token, "each sign-in gets its own token (docs/security.md)"
     anon.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert anon.get("/api/v1/purchases/").status_code == 200
     bad = client_for(None).post("/api/v1/auth/token/", {"username": buyer.username, "password": "no"}, format="json")

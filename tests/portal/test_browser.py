@@ -57,8 +57,12 @@ def browser_page():
         context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
         context.set_default_timeout(20_000)
         page = context.new_page()
+        # the Content-Security-Policy (docs/security.md) must not block anything the portal needs
+        blocked = []
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
         try:
             yield page
+            assert blocked == [], f"the Content-Security-Policy blocked: {blocked}"
         finally:
             # ORM calls made while Playwright's loop runs get their own connection (asgiref's context-local
             # storage): close it here, or PostgreSQL cannot drop the test database at the end of the session.

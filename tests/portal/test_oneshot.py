@@ -352,7 +352,7 @@ def test_chain_and_one_shot_losses_are_shown_separately_against_the_ceiling(owne
     assert re.search(rf'<meter id="oneshot-loss-{mine.id}" class="part oneshot" min="0" max="3" value="{oneshot}"', html)
     assert f"ε 0.5 (16%): only the highest ε sold from the chain counts" in page
     assert f"ε {oneshot} ({int(b.oneshot_loss * 100 / 3)}%): the sum of every one-shot release and survey" in page
-    assert 'class="seg chain" style="width: 16%"' in html
+    assert '<rect class="seg chain" width="16" height="1"/>' in html  # an SVG bar: no inline style (CSP)
     assert f'<path class="chain-loss"' in html  # the chart draws the chain part under the total
     assert f"privacy spent ε {(b.chain_loss + b.oneshot_loss).normalize():f} (chain ε 0.5, one-shot ε {oneshot})" in html
     history = text(owner_client.get(f"/portal/values/{mine.id}/"))

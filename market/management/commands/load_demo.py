@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -304,6 +305,9 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         f"  {base_url}/admin/    admin console (staff: create one with `manage.py createsuperuser`)",
         f"  {base_url}/health/   liveness",
         f"  {base_url}/api/v1/   buyer REST API (docs: {base_url}/api/docs/)",
+        f"  {base_url}/api/v1/auth/token/   POST username and password for an API token (send it as "
+        f"'Authorization: Token <token>'; it expires after {settings.LDP_TOKEN_TTL_HOURS} hours, "
+        f"POST /api/v1/auth/logout/ revokes it)",
         f"  {base_url}/portal/   owner portal",
     ]
     return lines

@@ -1,0 +1,46 @@
+"""Start-up checks of the three secret keys when ``DJANGO_DEBUG`` is off (docs/security.md, "Keys").
+
+Imported by the settings, before Django is set up: plain Python only.  A key is refused when it is shorter
+than its minimum, has fewer than ``MIN_DISTINCT`` different characters (``aaaa...``, ``abab...``), is or
+contains a known placeholder or development default, or is the same as another of the three keys.  The
+error names the setting and the rule, never the key.
+"""
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+#: Minimum lengths: Django's own deploy check wants 50 characters for SECRET_KEY; the two keys the service
+#: derives its encryption and pseudonym keys from need 32 (``secrets.token_urlsafe(32)`` gives 43).
+MIN_LENGTH = {"DJANGO_SECRET_KEY": 50, "LDP_VALUE_KEY": 32, "LDP_PSEUDONYM_KEY": 32}
+MIN_DISTINCT = 12
+#: Lower-cased fragments of placeholders and development defaults (.env.example, settings, Django's template).
+PLACEHOLDERS = ("replace-me", "replace_me", "changeme", "change-me", "insecure", "development-", "not-for-production",
+                "example", "secret-key", "password")
+HOW = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))' (docs/security.md, Keys)"
+
+
+def weakness(name: str, value: str) -> str | None:
+    """Why ``value`` is too weak for the setting ``name``, or None."""
+    if len(value) < MIN_LENGTH[name]:
+        return f"it has {len(value)} characters; it needs at least {MIN_LENGTH[name]}"
+    if len(set(value)) < MIN_DISTINCT:
+        return f"it has only {len(set(value))} different characters; it needs at least {MIN_DISTINCT}"
+    lowered = value.lower()
+    for fragment in PLACEHOLDERS:
+        if fragment in lowered:
+            return f"it contains {fragment!r}, as placeholders and development keys do"
+    return None
+
+
+def require_strong_keys(keys: dict[str, str]) -> None:
+    """Raise ``ImproperlyConfigured`` naming the first weak or repeated key of ``keys`` (name -> value)."""
+    for name, value in keys.items():
+        why = weakness(name, value or "")
+        if why:
+            raise ImproperlyConfigured(f"{name} is too weak for production (DJANGO_DEBUG=0): {why}; {HOW}.")
+    seen: dict[str, str] = {}
+    for name, value in keys.items():
+        if value in seen:
+            raise ImproperlyConfigured(f"{name} is the same as {seen[value]}: each key must be its own random "
+                                       f"string; {HOW}.")
+        seen[value] = name
