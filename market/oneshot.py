@@ -230,7 +230,7 @@ def parse_spec(attribute: Attribute, *, epsilon=None, mechanism: str | None = No
         params = {}
         if mech == M.URAP and theta is not None:
             params["theta"] = str(_probability(theta, "theta", lo_open=True, hi_open=True))
-        return Spec(mech, e, e, params)
+        return _honoured(attribute, Spec(mech, e, e, params))
     if mech == M.RR3:
         fam = family or ("rr3_ddagger" if eps1 is not None or eps2 is not None else "ewrr3")
         if fam not in RR3_FAMILIES:
@@ -240,13 +240,13 @@ def parse_spec(attribute: Attribute, *, epsilon=None, mechanism: str | None = No
             if epsilon is None:
                 raise ParameterError("epsilon", "This field is required for family ewrr3.")
             e = _eps(epsilon, "epsilon")
-            return Spec(mech, e, e, {"family": fam})
+            return _honoured(attribute, Spec(mech, e, e, {"family": fam}))
         _refuse(given, {"family", "eps1", "eps2"}, "RR3‡ takes eps1 and eps2 (its charged epsilon is their exact "
                                                    "level, not their sum)")
-        return _two_parameter(mech, eps1, eps2, {"family": fam})
+        return _honoured(attribute, _two_parameter(mech, eps1, eps2, {"family": fam}))
     if mech == M.LPP:
         _refuse(given, {"eps1", "eps2"}, "LPP‡ takes eps1 (edge or not) and eps2 (the edge's sign)")
-        return _two_parameter(mech, eps1, eps2, {})
+        return _honoured(attribute, _two_parameter(mech, eps1, eps2, {}))
     raise ParameterError("attribute", f"attribute {attribute.id} has no one-shot mechanism")  # pragma: no cover
 
 
@@ -284,7 +284,42 @@ def _survey_spec(attribute: Attribute, mechanism: str, given: dict) -> Spec:
         if given["p2"] is None:
             raise ParameterError("p2", "This field is required: the share of middle cards (2), in [0, 1).")
         params["p2"] = str(_probability(given["p2"], "p2", lo_open=False, hi_open=True))
-    return Spec(mechanism, e, e, params)
+    return _honoured(attribute, Spec(mechanism, e, e, params))
+
+
+def _honoured(attribute: Attribute, spec: Spec) -> Spec:
+    """``spec`` if its sampler can realise it honestly, else a 400 naming the limit.
+
+    The samplers build integer cells from the exact epsilons and refuse (``ValueError``, naming the largest
+    epsilon they honour) one whose cells would need a probability below 2^-64 -- about 44.36 for uRR, EWRR3,
+    the private sampler and Warner, 43.67 for RR3‡ / LPP‡, 88.03 for uRAP (docs/mechanisms.md, "Exact
+    sampling: one-shot mechanisms").  The improved Christofides deck is sized at execution (too few
+    respondents: ``TooFewRespondents``)."""
+    mech = spec.mechanism
+    field_name = "epsilon"
+    try:
+        if mech == M.URR:
+            uldp.urr_cells(len(attribute.sensitive) + len(attribute.pum_tags), spec.charged)
+        elif mech == M.URAP:
+            uldp.urap_cells(spec.charged, Decimal(spec.parameters["theta"]) if "theta" in spec.parameters else None)
+        elif mech == M.PRIVATE_SAMPLE:
+            private_sampling.kernel_cells(domain.prior_of(attribute), spec.charged)
+        elif mech == M.RR3 and spec.parameters.get("family") != "rr3_ddagger":
+            rr3_cells(spec)
+        elif mech in (M.RR3, M.LPP):
+            field_name = "eps1"
+            rr3.rr3_ddagger_cells(Decimal(spec.parameters["eps1"]), Decimal(spec.parameters["eps2"]))
+        elif mech == M.WARNER:
+            surveys.warner_device(spec.epsilon)
+        elif mech == M.SIMMONS:
+            surveys.simmons_device(spec.epsilon, Decimal(spec.parameters["pi_b"]))
+        elif mech == M.CHRISTOFIDES:
+            surveys.christofides_cards(spec.epsilon, Decimal(spec.parameters["p2"]))
+    except ValueError as exc:
+        if field_name == "eps1" and str(exc).startswith("eps2"):
+            field_name = "eps2"
+        raise ParameterError(field_name, f"The sampler cannot honour this epsilon: {exc}.") from None
+    return spec
 
 
 def spec_of(purchase: Purchase) -> Spec:

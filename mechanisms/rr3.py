@@ -307,8 +307,8 @@ def rr3_ddagger_cells(eps1, eps2) -> CellTable:
         return CellTable.from_rows(_rr3_ddagger_rows(eps1, eps2))
     except _Unrepresentable as exc:
         e1_max, e2_max = rr3_ddagger_max_epsilons()
-        raise ValueError(f"{exc}; RR3‡ samples every eps1 <= {e1_max} with 0 < eps2 <= {e2_max} "
-                         "(docs/mechanisms.md)") from None
+        raise ValueError(f"{exc}; the largest epsilons RR3‡ samples for every pair are eps1 <= {e1_max} and "
+                         f"0 < eps2 <= {e2_max} (docs/mechanisms.md)") from None
 
 
 class _Unrepresentable(ValueError):
