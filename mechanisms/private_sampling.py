@@ -53,6 +53,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -264,8 +265,6 @@ class _Unrepresentable(ValueError):
 
 @lru_cache(maxsize=8)
 def _kernel_cells(q_bytes: bytes, eps_key: str, eps_f: float) -> CellTable:
-    from fractions import Fraction
-
     q = np.frombuffer(q_bytes, dtype=np.float64)
     n = q.size
     pad = _pad(n)

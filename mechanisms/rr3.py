@@ -38,11 +38,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-
-import numpy as np
-
 from decimal import Decimal
 from fractions import Fraction
+
+import numpy as np
 
 from ._exact import TWO_64, ceil_frac, exp_lower, largest_honest, ln_floor_places
 from ._sampling import CellTable, safe_cells

@@ -50,11 +50,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-
-import numpy as np
-
 from decimal import Decimal
 from fractions import Fraction
+
+import numpy as np
 
 from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, floor_frac, largest_honest, ln_floor_places
 from ._sampling import CellTable, draw_iid, safe_cells

@@ -49,12 +49,11 @@ from __future__ import annotations
 import math
 import numbers
 from decimal import ROUND_FLOOR, Decimal
+from fractions import Fraction
 from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
-
-from fractions import Fraction
 
 from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, exp_upper, largest_honest, ln_floor_places
 from ._validation import check_eps, check_m, check_values
