@@ -24,10 +24,12 @@ reuse ``Purchase`` (one idempotency claim, one API shape):
 private sampler, Warner, Simmons and Christofides at their design points are
 exactly the requested epsilon; RR3‡ and LPP‡ are ``max(eps2, eps1 + ln 2 -
 ln(1 + e^-eps2))`` (spec rr3.md "Privacy level", the exact level of the RR3‡
-matrix: (1, 1) -> 1.379945, (1, 2) -> 2.0), never ``eps1 + eps2``; IC is the
-realised deck's per-report ``ln(c3/c1)``, at or below the target (the deck is
-dealt for the actual number of respondents, and a card is moved from 3 to 1 if
-the rounding of ``surveys.ic_deck_counts`` ever left it above).
+matrix: (1, 1) -> 1.379886, (1, 2) -> 2.0), never ``eps1 + eps2``; IC is the
+realised deck's per-report ``ln(c3/c1)``, below the target (the deck is dealt
+for the actual number of respondents by ``surveys.ic_deck_counts``, exactly).
+Every draw samples integer cells built from the exact (Decimal) epsilons, whose
+realised level is at most the charge (docs/mechanisms.md, "Exact sampling:
+one-shot mechanisms"; ``mechanisms.exactness_oneshot`` computes it).
 
 **Execution** (:func:`oneshot_execute`) is one transaction with the locks in the
 global order of ``market.purchases.purchase_execute`` -- the purchase row,
@@ -132,7 +134,7 @@ def deck_level(counts) -> Decimal:
 def ic_deck(N: int, epsilon: Decimal, p2: float) -> np.ndarray:
     """``surveys.ic_deck_counts`` for N respondents, checked exactly: its per-report level is at most the target."""
     try:
-        counts = surveys.ic_deck_counts(N, float(epsilon), p2)
+        counts = surveys.ic_deck_counts(N, epsilon, p2)   # exact: the realised per-report level is below epsilon
     except ValueError as exc:
         raise TooFewRespondents(f"An improved Christofides survey needs more respondents at this epsilon and p2: "
                                 f"{exc}.") from None
@@ -240,7 +242,7 @@ def parse_spec(attribute: Attribute, *, epsilon=None, mechanism: str | None = No
         params = {}
         if mech == M.URAP and theta is not None:
             params["theta"] = str(_probability(theta, "theta", lo_open=True, hi_open=True))
-        return Spec(mech, e, e, params)
+        return _honoured(attribute, Spec(mech, e, e, params))
     if mech == M.RR3:
         fam = family or ("rr3_ddagger" if eps1 is not None or eps2 is not None else "ewrr3")
         if fam not in RR3_FAMILIES:
@@ -250,13 +252,13 @@ def parse_spec(attribute: Attribute, *, epsilon=None, mechanism: str | None = No
             if epsilon is None:
                 raise ParameterError("epsilon", "This field is required for family ewrr3.")
             e = _eps(epsilon, "epsilon")
-            return Spec(mech, e, e, {"family": fam})
+            return _honoured(attribute, Spec(mech, e, e, {"family": fam}))
         _refuse(given, {"family", "eps1", "eps2"}, "RR3‡ takes eps1 and eps2 (its charged epsilon is their exact "
                                                    "level, not their sum)")
-        return _two_parameter(mech, eps1, eps2, {"family": fam})
+        return _honoured(attribute, _two_parameter(mech, eps1, eps2, {"family": fam}))
     if mech == M.LPP:
         _refuse(given, {"eps1", "eps2"}, "LPP‡ takes eps1 (edge or not) and eps2 (the edge's sign)")
-        return _two_parameter(mech, eps1, eps2, {})
+        return _honoured(attribute, _two_parameter(mech, eps1, eps2, {}))
     raise ParameterError("attribute", f"attribute {attribute.id} has no one-shot mechanism")  # pragma: no cover
 
 
@@ -294,7 +296,42 @@ def _survey_spec(attribute: Attribute, mechanism: str, given: dict) -> Spec:
         if given["p2"] is None:
             raise ParameterError("p2", "This field is required: the share of middle cards (2), in [0, 1).")
         params["p2"] = str(_probability(given["p2"], "p2", lo_open=False, hi_open=True))
-    return Spec(mechanism, e, e, params)
+    return _honoured(attribute, Spec(mechanism, e, e, params))
+
+
+def _honoured(attribute: Attribute, spec: Spec) -> Spec:
+    """``spec`` if its sampler can realise it honestly, else a 400 naming the limit.
+
+    The samplers build integer cells from the exact epsilons and refuse (``ValueError``, naming the largest
+    epsilon they honour) one whose cells would need a probability below 2^-64 -- about 44.36 for uRR, EWRR3,
+    the private sampler and Warner, 43.67 for RR3‡ / LPP‡, 88.03 for uRAP (docs/mechanisms.md, "Exact
+    sampling: one-shot mechanisms").  The improved Christofides deck is sized at execution (too few
+    respondents: ``TooFewRespondents``)."""
+    mech = spec.mechanism
+    field_name = "epsilon"
+    try:
+        if mech == M.URR:
+            uldp.urr_cells(len(attribute.sensitive) + len(attribute.pum_tags), spec.charged)
+        elif mech == M.URAP:
+            uldp.urap_cells(spec.charged, Decimal(spec.parameters["theta"]) if "theta" in spec.parameters else None)
+        elif mech == M.PRIVATE_SAMPLE:
+            private_sampling.kernel_cells(domain.prior_of(attribute), spec.charged)
+        elif mech == M.RR3 and spec.parameters.get("family") != "rr3_ddagger":
+            rr3_cells(spec)
+        elif mech in (M.RR3, M.LPP):
+            field_name = "eps1"
+            rr3.rr3_ddagger_cells(Decimal(spec.parameters["eps1"]), Decimal(spec.parameters["eps2"]))
+        elif mech == M.WARNER:
+            surveys.warner_device(spec.epsilon)
+        elif mech == M.SIMMONS:
+            surveys.simmons_device(spec.epsilon, Decimal(spec.parameters["pi_b"]))
+        elif mech == M.CHRISTOFIDES:
+            surveys.christofides_cards(spec.epsilon, Decimal(spec.parameters["p2"]))
+    except ValueError as exc:
+        if field_name == "eps1" and str(exc).startswith("eps2"):
+            field_name = "eps2"
+        raise ParameterError(field_name, f"The sampler cannot honour this epsilon: {exc}.") from None
+    return spec
 
 
 def spec_of(purchase: Purchase) -> Spec:
@@ -386,8 +423,11 @@ def _pum(attribute: Attribute, x: np.ndarray, tags: np.ndarray):
 
 
 def draw(attribute: Attribute, spec: Spec, payload: np.ndarray, rng=None) -> np.ndarray:
-    """One vectorized mechanism call over the included values' payloads: (n, width) int outputs."""
-    eps = float(spec.charged)
+    """One vectorized mechanism call over the included values' payloads: (n, width) int outputs.
+
+    The epsilons go to the mechanisms as exact Decimals: their samplers build integer cells whose realised
+    level is at most that exact value (docs/mechanisms.md, "Exact sampling: one-shot mechanisms")."""
+    eps = spec.charged
     mech = spec.mechanism
     n = payload.shape[0]
     if mech in (M.URR, M.URAP):
@@ -399,10 +439,11 @@ def draw(attribute: Attribute, spec: Spec, payload: np.ndarray, rng=None) -> np.
         return uldp.urap_perturb(z.values, z.k, z.sensitive, eps, rng, theta).astype(np.int64)
     if mech == M.RR3:
         x = domain.oneshot_inputs(attribute, payload)
-        return rr3.perturb(x, rr3_matrix(spec), rng).reshape(n, 1)
+        return rr3.perturb(x, rr3_cells(spec), rng).reshape(n, 1)
     if mech == M.LPP:
         w = domain.oneshot_inputs(attribute, payload)
-        return rr3.lpp_report(w, attribute.num_items, spec.value("eps1"), spec.value("eps2"), rng)
+        return rr3.lpp_report(w, attribute.num_items, Decimal(spec.parameters["eps1"]),
+                              Decimal(spec.parameters["eps2"]), rng)
     if mech == M.PRIVATE_SAMPLE:
         p = domain.oneshot_inputs(attribute, payload)
         return np.asarray(private_sampling.sample(p, domain.prior_of(attribute), eps, rng),
@@ -425,6 +466,14 @@ def _open(attribute: Attribute, cand, rows: np.ndarray) -> np.ndarray:
                                [attribute.id] * rows.size, domain.payload_bytes(attribute))
 
 
+def rr3_cells(spec: Spec):
+    """The integer cells the RR3 draw samples: EWRR3 at exactly the charged epsilon, or RR3‡ at the exact
+    ``(eps1, eps2)`` (realised level at most ``lpp_level``, so at most the charge)."""
+    if spec.parameters.get("family") == "rr3_ddagger":
+        return rr3.rr3_ddagger_cells(Decimal(spec.parameters["eps1"]), Decimal(spec.parameters["eps2"]))
+    return rr3.ewrr_cells(3, spec.charged)
+
+
 def rr3_matrix(spec: Spec) -> np.ndarray:
     """EWRR3 at ``p* = e^eps/(e^eps + 2)`` (exactly eps-LDP), or RR3‡ at ``p_i = e^eps_i/(e^eps_i + 1)``."""
     if spec.parameters.get("family") == "rr3_ddagger":
@@ -434,15 +483,17 @@ def rr3_matrix(spec: Spec) -> np.ndarray:
 
 
 def survey_design(spec: Spec, N: int):
-    """``(design, charged)``: the device's parameters for N respondents and the exact epsilon each report costs."""
-    eps = float(spec.epsilon)
+    """``(design, charged)``: the device for N respondents and the exact epsilon each report costs.
+
+    Warner, Simmons and Christofides use the exact devices of ``mechanisms.surveys`` (integer cells built
+    from the exact epsilon: realised per-report level at most the charge); the estimators and variances use
+    the devices' realised probabilities."""
     if spec.mechanism == M.WARNER:
-        return {"p": surveys.warner_probability(eps)}, spec.epsilon
+        return {"device": surveys.warner_device(spec.epsilon)}, spec.epsilon
     if spec.mechanism == M.SIMMONS:
-        pi_b = spec.value("pi_b")
-        return {"p": surveys.simmons_probability(eps, pi_b), "pi_b": pi_b}, spec.epsilon
+        return {"device": surveys.simmons_device(spec.epsilon, Decimal(spec.parameters["pi_b"]))}, spec.epsilon
     if spec.mechanism == M.CHRISTOFIDES:
-        return {"probs": surveys.christofides_optimal_probs(eps, spec.value("p2"))}, spec.epsilon
+        return {"cards": surveys.christofides_cards(spec.epsilon, Decimal(spec.parameters["p2"]))}, spec.epsilon
     counts = ic_deck(N, spec.epsilon, spec.value("p2"))
     return {"counts": counts}, ceil6(deck_level(counts))
 
@@ -452,19 +503,22 @@ def run_survey(spec: Spec, design: dict, x: np.ndarray, rng=None) -> dict:
     N = int(x.size)
     mech = spec.mechanism
     if mech == M.WARNER:
-        reports = surveys.warner_perturb(x, design["p"], rng)
-        est = surveys.warner_estimate(reports, design["p"])
-        var = surveys.warner_variance(design["p"], N)
+        device = design["device"]
+        reports = surveys.warner_perturb(x, device, rng)
+        est = surveys.warner_estimate(reports, device.p)
+        var = surveys.warner_variance(device.p, N)
         note = "census variance p(1-p)/(N(2p-1)^2); it does not depend on the proportion"
     elif mech == M.SIMMONS:
-        reports = surveys.simmons_perturb(x, design["p"], design["pi_b"], rng)
-        est = surveys.simmons_estimate(reports, design["p"], design["pi_b"])
-        var = surveys.simmons_variance(design["p"], design["pi_b"], min(max(est, 0.0), 1.0), N)
+        device = design["device"]
+        reports = surveys.simmons_perturb(x, device, rng=rng)
+        est = surveys.simmons_estimate(reports, device.p, device.pi_b)
+        var = surveys.simmons_variance(device.p, device.pi_b, min(max(est, 0.0), 1.0), N)
         note = "census variance (eq. 2) at the estimate clipped to [0, 1]"
     elif mech == M.CHRISTOFIDES:
-        reports = surveys.christofides_perturb(x, design["probs"], rng)
-        est = surveys.christofides_estimate(reports, design["probs"])
-        var = surveys.christofides_variance(design["probs"], N)
+        cards = design["cards"]
+        reports = surveys.christofides_perturb(x, cards, rng)
+        est = surveys.christofides_estimate(reports, cards.probs)
+        var = surveys.christofides_variance(cards.probs, N)
         note = "census variance VarY/(N D^2); it does not depend on the proportion"
     else:
         reports = surveys.improved_christofides_deal(x, design["counts"], rng)

@@ -220,38 +220,169 @@ def draw_weighted(rng, first: np.ndarray, second: np.ndarray, m: int, weights,
 
 
 # ---------------------------------------------------------------- general distributions
+#
+# Safe rounding (docs/mechanisms.md, "Exact sampling: one-shot mechanisms"): a row of probabilities becomes
+# integer cells summing to exactly 2^64; every positive cell except the row's largest is rounded UP
+# (``ceil(p 2^64)``), the largest takes the remainder, and a zero stays zero.  So no small cell shrinks
+# (a tiny probability never becomes 0) and only the largest cell of a row moves down.  Mechanisms with a
+# privacy level to honour build their cells exactly (``mechanisms._exact``) and sample them through
+# :class:`CellTable`; the float entry points below are for distributions whose rounding is not
+# privacy-relevant (an owner's own distribution before the kernel) or legacy callers.
+
+_CELL_TOTAL = U64_MAX + 1           # 2^64 as a Python int
+_FLOAT_TOTAL = float(_CELL_TOTAL)
+
+
+def safe_cells(probs) -> list[int]:
+    """One row of float probabilities as integer cells summing to 2^64 (safe rounding, see above).
+
+    ``ceil(p 2^64)`` is exact in double precision (scaling by a power of two); the largest entry (the
+    first one on a tie) takes ``2^64`` minus the others.  Raises ``ValueError`` if the row does not sum to
+    about 1 or has a negative entry."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size < 1 or not np.all(np.isfinite(p)) or (p < 0).any():
+        raise ValueError("a row of cells needs finite non-negative probabilities")
+    top = int(np.argmax(p))
+    cells = [0 if v == 0 else -int(-float(v) * _FLOAT_TOTAL // 1) for v in p.tolist()]  # ceil, exact ints
+    cells[top] = 0
+    rest = _CELL_TOTAL - sum(cells)
+    if rest <= 0 or abs(p.sum() - 1.0) > 1e-9:
+        raise ValueError(f"probabilities must sum to 1, got {p.sum()!r}")
+    cells[top] = rest
+    return cells
+
+
+def _safe_cells_block(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised :func:`safe_cells` for a (rows, n) block, as ``(bounds, valid)``: the cumulative sums
+    ``B_j = c_0 + ... + c_j`` (uint64, j < n - 1) and whether ``B_j < 2^64`` (a positive cell follows).
+    The outcome of a word ``u`` is the number of valid ``B_j <= u``."""
+    rows, n = probs.shape
+    top = np.argmax(probs, axis=1)
+    scaled = probs * _FLOAT_TOTAL
+    small = np.where(scaled < _FLOAT_TOTAL, np.ceil(scaled), 0.0)   # p = 1 (only at the top) never counts
+    small[np.arange(rows), top] = 0.0
+    cells = small.astype(np.uint64)
+    # the others' sum is below 2^64 (they are at most 1 - p_top <= 1 - 1/n, plus n units): no wrap-around
+    others = cells.sum(axis=1, dtype=np.uint64)
+    cells[np.arange(rows), top] = np.uint64(U64_MAX) - others + np.uint64(1)   # 2^64 - others, in uint64
+    # a point mass's top cell is 2^64, stored as 0 (mod 2^64): the cumulative sums below are exact modulo
+    # 2^64 and are only compared while they are below 2^64, i.e. while a positive cell follows
+    bounds = np.cumsum(cells[:, :-1], axis=1, dtype=np.uint64)
+    positive = cells > 0
+    positive[np.arange(rows), top] = True
+    positive_after = np.cumsum(positive[:, ::-1], axis=1)[:, ::-1][:, 1:] > 0
+    return bounds, positive_after
+
 
 def draw_categorical(rng, probs: np.ndarray) -> np.ndarray:
     """One category per row of ``probs`` (rows sum to 1) from one uniform 64-bit word each.
 
-    Thresholds ``T_j = floor(cdf_j 2^64)``: the outcome is the number of ``T_j <= u``, so category j has
-    probability ``(T_j - T_{j-1}) / 2^64`` (within 2^-52 of ``probs[j]``).  A cumulative sum that reached
-    1 stands for ``T = 2^64``, which no word reaches; the last category takes the remainder.
-    """
-    probs = np.atleast_2d(probs)
+    The cells are :func:`safe_cells` of each row: category j has probability exactly ``c_j / 2^64``,
+    zero stays zero, a positive probability is at least ``2^-64``.  The outcome of ``u`` is the number of
+    cumulative sums ``B_j <= u`` (cumulative sums that reached 2^64 -- only zero cells after them -- are
+    skipped).  Cache-sized blocks, each one vectorised pass."""
+    probs = np.atleast_2d(np.asarray(probs, dtype=np.float64))
     rows, n = probs.shape
     u = words(rng, rows)
-    if rows == 1:
-        return _draw_iid_words(probs[0], u)
     out = np.empty(rows, dtype=np.int64)
     step = max(1, _BLOCK_CELLS // n)
-    for start in range(0, rows, step):            # cache-sized blocks, each one vectorised pass
+    for start in range(0, rows, step):
         sl = slice(start, start + step)
-        cdf = np.cumsum(probs[sl, :-1], axis=1)
-        valid = cdf < 1.0                          # a prefix: the cdf is non-decreasing
-        thresholds = np.floor(np.where(valid, cdf, 0.0) * _TWO_64).astype(np.uint64)
-        out[sl] = (valid & (thresholds <= u[sl, None])).sum(axis=1)
+        bounds, valid = _safe_cells_block(probs[sl])
+        out[sl] = (valid & (bounds <= u[sl, None])).sum(axis=1)
     return out
 
 
-def _draw_iid_words(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    cdf = np.cumsum(probs[:-1])
-    cdf = cdf[cdf < 1.0]
-    thresholds = np.floor(cdf * _TWO_64).astype(np.uint64)
-    return np.searchsorted(thresholds, u, side="right").astype(np.int64)
-
-
 def draw_iid(rng, probs: np.ndarray, size: int) -> np.ndarray:
-    """``size`` independent categories from one distribution ``probs`` (thresholds as in
-    :func:`draw_categorical`, one ``np.searchsorted`` over ``size`` words)."""
-    return _draw_iid_words(probs, words(rng, size))
+    """``size`` independent categories from one distribution ``probs`` (its :func:`safe_cells`), one
+    ``np.searchsorted`` over ``size`` words."""
+    bounds, valid = _safe_cells_block(np.asarray(probs, dtype=np.float64)[None, :])
+    return np.searchsorted(bounds[0][valid[0]], words(rng, size), side="right").astype(np.int64)
+
+
+class CellTable:
+    """Integer cells of a mechanism with finitely many rows (inputs) and outputs: row ``r`` gives output
+    ``j`` with probability exactly ``cells[r][j] / 2^64`` (every row sums to exactly 2^64).
+
+    The sampler keeps, per row, an output ``order`` with the largest cell last and the cumulative
+    ``bounds`` of the others (all below 2^64, so they fit a uint64 word); one word ``u`` gives output
+    ``order[r, #(bounds[r] <= u)]`` -- zero cells are skipped because their bound repeats.
+    :meth:`cells` rebuilds the exact Python integers from these same arrays, so a level computed from
+    them is the level of what :meth:`draw` samples.
+    """
+
+    __slots__ = ("order", "bounds")
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray):
+        self.order, self.bounds = order, bounds
+
+    @classmethod
+    def from_rows(cls, rows) -> "CellTable":
+        """From rows of non-negative Python integers, each summing to exactly 2^64."""
+        rows = [[int(c) for c in row] for row in rows]
+        width = len(rows[0]) if rows else 0
+        if not rows or width < 1 or any(len(r) != width for r in rows):
+            raise ValueError("cells must be a non-empty rectangular table")
+        order = np.empty((len(rows), width), dtype=np.int64)
+        bounds = np.empty((len(rows), width - 1), dtype=np.uint64)
+        for i, row in enumerate(rows):  # once per row of a small table (inputs), never per value
+            if min(row) < 0 or sum(row) != _CELL_TOTAL:
+                raise ValueError(f"row {i} of the cells must be non-negative integers summing to 2^64")
+            top = max(range(width), key=lambda j: (row[j], -j))
+            rest = [j for j in range(width) if j != top]
+            order[i] = rest + [top]
+            acc = 0
+            for col, j in enumerate(rest):
+                acc += row[j]
+                bounds[i, col] = acc
+        return cls(order, bounds)
+
+    @classmethod
+    def from_array(cls, cells: np.ndarray) -> "CellTable":
+        """From a (rows, n) uint64 array whose rows sum to exactly 2^64 (checked exactly), n >= 2."""
+        cells = np.asarray(cells)
+        if cells.dtype != np.uint64 or cells.ndim != 2 or cells.shape[1] < 2:
+            raise ValueError("cells must be a two-dimensional uint64 array with at least 2 columns")
+        if cells.shape[1] >= 1 << 32:  # pragma: no cover - the split sums below must not wrap
+            raise ValueError("too many columns")
+        hi = (cells >> np.uint64(32)).sum(axis=1, dtype=np.uint64).tolist()
+        lo = (cells & np.uint64(0xFFFFFFFF)).sum(axis=1, dtype=np.uint64).tolist()
+        if any((h << 32) + l != _CELL_TOTAL for h, l in zip(hi, lo)):
+            raise ValueError("every row of the cells must sum to exactly 2^64")
+        rows = cells.shape[0]
+        top = np.argmax(cells, axis=1)
+        n = cells.shape[1]
+        idx = np.tile(np.arange(n), (rows, 1))
+        keep = idx != top[:, None]
+        order = np.empty((rows, n), dtype=np.int64)
+        order[:, :-1] = idx[keep].reshape(rows, n - 1)
+        order[:, -1] = top
+        rest = np.take_along_axis(cells, order[:, :-1], axis=1)
+        return cls(order, np.cumsum(rest, axis=1, dtype=np.uint64))  # < 2^64: the top cell is positive
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.order.shape
+
+    def cells(self) -> list[list[int]]:
+        """The exact cells as Python integers, ``cells[r][j]``, rebuilt from the sampler's arrays."""
+        out = []
+        for order, bounds in zip(self.order.tolist(), self.bounds.tolist()):
+            edges = [0, *bounds, _CELL_TOTAL]
+            row = [0] * len(order)
+            for k, j in enumerate(order):
+                row[j] = edges[k + 1] - edges[k]
+            out.append(row)
+        return out
+
+    def draw(self, rng, rows: np.ndarray) -> np.ndarray:
+        """One output per entry of ``rows`` (row indices), one uniform word each, one numpy pass per block."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty(rows.size, dtype=np.int64)
+        step = max(1, _BLOCK_CELLS // max(self.bounds.shape[1], 1))
+        for start in range(0, rows.size, step):
+            r = rows[start:start + step]
+            u = words(rng, r.size)
+            rank = (u[:, None] >= self.bounds[r]).sum(axis=1)
+            out[start:start + r.size] = self.order[r, rank]
+        return out

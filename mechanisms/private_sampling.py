@@ -20,7 +20,16 @@ n-ary randomized response (Corollary 2).  The structure gives ``p @ K`` in O(n) 
 
     (pK)_t = (s_t r_t / d_t) sum_{i > t} p_i  +  p_t K[t, t]  +  q_t sum_{i < t} p_i s_i / (R_i d_i)
 
-which is what :func:`sample` uses (no n x n matrix).
+which is what :func:`output_distribution` uses (no n x n matrix).
+
+**Sampling exactly** (docs/mechanisms.md, "Exact sampling: one-shot mechanisms").  :func:`sample` draws
+in two stages, one 64-bit word each: a symbol ``i`` from the owner's ``p`` (safely rounded cells; this
+rounding is not privacy-relevant), then the output from row ``i`` of :func:`kernel_cells`, an n x n table
+of integer cells built from ``eps`` so that every column's max/min ratio is at most a rational lower
+bound of ``e^eps``, checked exactly.  The released sample's law is ``p' K'`` for a distribution ``p'``, so
+its level is that of the integer kernel ``K'``: at most ``eps`` for every ``p`` (point masses are the
+worst case).  Epsilons needing a kernel probability below ``2^-64`` raise ``ValueError`` naming
+:func:`max_epsilon`.
 
 **Minimax risk** (Theorem 1, Lemma 1).  For any Markov kernel ``K`` and f-divergence,
 ``sup_p D_f(p || pK) = max_i g(K_ii)`` with ``g(x) = (1 - x) f(0) + x f(1/x)`` (the worst ``p`` is a
@@ -43,11 +52,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
+from ._exact import TWO_64, as_fraction, exp_lower, largest_honest
+from ._sampling import CellTable, draw_categorical, safe_cells
 from ._validation import check_eps, check_m
-from ._sampling import draw_categorical
 from .rr import rr_matrix
 
 #: How far a probability vector's sum may stray from 1 before it is rejected (it is then renormalised).
@@ -204,12 +217,102 @@ def sample(p, q, eps, rng=None):
     ``p``, else an int64 array.  Randomness: the secure default unless a ``numpy.random.Generator`` is
     passed as ``rng``.
     """
-    eps = check_eps(eps)
+    check_eps(eps)
     q = _check_probabilities(q, "q", positive=True)
     p = _check_probabilities(p, "p", n=q.size, batch=True)
-    dist = _output_distribution(p, _parts(q, eps))
-    out = draw_categorical(rng, dist)
+    table = kernel_cells(q, eps)
+    symbol = draw_categorical(rng, p)          # stage 1: the owner's own distribution (not privacy-relevant)
+    out = table.draw(rng, symbol)              # stage 2: the eps-LDP integer kernel
     return int(out[0]) if p.ndim == 1 else out
+
+
+# ------------------------------------------------------------------------------------------ integer kernel
+
+def _pad(n: int) -> float:
+    """Relative padding of the kernel's off-diagonal cells over their float values: well above the float
+    error of :func:`_parts` (a product of n factors: about n 2^-53), so every padded cell is at least its
+    exact value."""
+    return 8.0 * (n + 16) * 2.0 ** -53
+
+
+def kernel_cells(q, eps) -> CellTable:
+    """The optimal kernel ``K = optimal_kernel(q, eps)`` as exact integer cells (rows sum to 2^64), in q's
+    order: what :func:`sample` draws from.
+
+    In q's ascending order, with ``L < e^eps`` a rational lower bound (``mechanisms._exact``) and a relative
+    padding ``k = 8 (n + 16) 2^-53`` (well above the float error of the closed form): the kernel is designed
+    in floats at a target a hair below, ``ln E_t = ln L - 4k - 2/(2^64 q_min)``; every off-diagonal cell is
+    rounded UP from its value padded by ``k`` (so it is at least the exact kernel's at ``E_t``), and the
+    diagonal -- every column's maximum -- takes the remainder (so it is at most the exact diagonal).  Every
+    column therefore has ``max <= L min``, which is then checked exactly on the integers, with the row sums.
+    Cached per (q, eps).  When eps is too small for double precision to resolve the kernel
+    (``eps <= 4k/q_min``, e.g. below 1.2e-7 for q_min = 1e-6 and n = 4), every row is q's cells: the sample
+    is then independent of p (level 0; the exact kernel is within total variation ``e^eps - 1`` of it).
+    Raises ``ValueError`` when a kernel probability would be below 2^-64 (eps above :func:`max_epsilon`).
+    """
+    eps_f = check_eps(eps)
+    q = _check_probabilities(q, "q", positive=True)
+    try:
+        return _kernel_cells(q.tobytes(), str(as_fraction(eps)), eps_f)
+    except _Unrepresentable as exc:
+        raise ValueError(f"{exc}; the largest epsilon for this prior is {max_epsilon(q)} "
+                         "(docs/mechanisms.md)") from None
+
+
+class _Unrepresentable(ValueError):
+    pass
+
+
+@lru_cache(maxsize=8)
+def _kernel_cells(q_bytes: bytes, eps_key: str, eps_f: float) -> CellTable:
+    q = np.frombuffer(q_bytes, dtype=np.float64)
+    n = q.size
+    pad = _pad(n)
+    order = np.argsort(q, kind="stable")
+    qs = q[order]
+    if eps_f <= 4.0 * pad / float(qs[0]):  # too small for floats to resolve: every row q (level 0)
+        return CellTable.from_rows([safe_cells(q)] * n)
+    L = exp_lower(Fraction(eps_key))
+    # the target: E_t (1 + pad) plus one unit per cell stays below L
+    target = math.log(float(L)) - 4.0 * pad - 2.0 / (float(qs[0]) * TWO_64)
+    pt = _parts(qs, max(target, 0.0))
+    cells_f = np.empty((n, n))
+    i, j = np.indices((n, n))
+    cells_f[:] = np.where(i > j, pt.below[j], pt.right[i] * pt.qs[j])
+    np.fill_diagonal(cells_f, 0.0)
+    scaled = cells_f * float(TWO_64)
+    smallest = scaled[~np.eye(n, dtype=bool)].min()
+    if smallest < 1.0 or pt.diag.min() * float(TWO_64) < 1.0:
+        raise _Unrepresentable(f"eps = {eps_f:g} is above what the private sampler can sample honestly for this "
+                               "prior: a kernel probability would be below 2^-64")
+    padded = np.ceil(scaled * (1.0 + pad))
+    if padded.max() >= float(TWO_64):  # pragma: no cover - off-diagonal cells are below 1 - K_ii
+        raise ValueError("the kernel's off-diagonal cells do not fit 64 bits")
+    cells = padded.astype(np.uint64)
+    hi = (cells >> np.uint64(32)).sum(axis=1, dtype=np.uint64).tolist()
+    lo = (cells & np.uint64(0xFFFFFFFF)).sum(axis=1, dtype=np.uint64).tolist()
+    diag = [TWO_64 - ((h << 32) + low) for h, low in zip(hi, lo)]
+    if min(diag) < 1:
+        raise _Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised with 64-bit "
+                               "thresholds for this prior")
+    cells[np.arange(n), np.arange(n)] = np.array(diag, dtype=np.uint64)
+    col_max, col_min = cells.max(axis=0).tolist(), cells.min(axis=0).tolist()
+    a, b = L.numerator, L.denominator
+    if any(mx * b > a * mn for mx, mn in zip(col_max, col_min)):
+        raise _Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised within eps "
+                               "with 64-bit thresholds for this prior")
+    out = np.empty_like(cells)
+    out[np.ix_(order, order)] = cells                # back to q's order (rows and columns)
+    return CellTable.from_array(out)
+
+
+def max_epsilon(q) -> Decimal:
+    """The largest epsilon (6 decimals) at which :func:`kernel_cells` can realise the optimal kernel for the
+    prior ``q``: every kernel probability at least 2^-64 (about ``ln(2^64 q_min)`` for a small q_min...
+    found by bisection on the cells themselves)."""
+    q = _check_probabilities(q, "q", positive=True)
+    guess = Decimal(math.floor(math.log(float(TWO_64)) * 2 * 1e6)) / 1000000
+    return largest_honest(lambda e: _kernel_cells(q.tobytes(), str(as_fraction(e)), float(e)), guess)
 
 
 # ---------------------------------------------------------------------------------------------- risk

@@ -24,19 +24,30 @@ Graph protocol LPP‡ (spec "Graph protocol"): a user picks an item j uniformly;
 2 = -1) goes through RR3‡ with ``p1 = e^eps1/(e^eps1 + 1)``, ``p2 = q = e^eps2/(e^eps2 + 1)``.
 Exact privacy level ``max(eps2, ln(2 e^(eps1+eps2)/(e^eps2 + 1)))`` (the paper's Lemma 2 omits
 ``eps2``).  Randomness comes only from :mod:`mechanisms.random` (secure default, a numpy
-``Generator`` when passed), compared with integer thresholds ``floor(p 2^64)``.
+``Generator`` when passed), compared with integer cells (docs/mechanisms.md, "Exact sampling: one-shot
+mechanisms"): :func:`ewrr_cells` and :func:`rr3_ddagger_cells` build them exactly from the epsilons
+(small cells rounded up around rational lower bounds of ``e^eps``, the largest cell of a row takes the
+remainder), so the realised LDP level of EWRRn is at most ``eps`` and that of RR3‡ / LPP‡ at most
+``lpp_epsilon(eps1, eps2)`` -- exactly, for the epsilons as given (a ``Decimal`` at its decimal value).
+:func:`perturb` also takes a float matrix, rounded safely by :func:`matrix_cells` (no charged level to
+honour there).  Epsilons whose cells would need a probability below ``2^-64`` raise ``ValueError``
+naming the limit (:func:`ewrr_max_epsilon`, :func:`rr3_ddagger_max_epsilons`).
 """
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
+from ._exact import TWO_64, ceil_frac, exp_lower, largest_honest, ln_floor_places
+from ._sampling import CellTable, safe_cells
 from ._validation import check_eps, check_m, check_values
 from .numeric import discretize
-from .random import TWO_64, uniform_below, words
+from .random import uniform_below
 
 #: Rows of ``perturb`` drawn per pass (bounds the temporaries to about 2**20 comparisons).
 _CELLS_PER_BLOCK = 1 << 20
@@ -246,48 +257,112 @@ def ddagger_closed_form(counts, p1, p2) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------------------- sampling
 
-def _row_tables(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per input row: the output order (most probable output last) and the ``c - 1`` integer
-    boundaries ``b_1 <= ... <= b_{c-1} < 2^64`` of the cumulative widths ``floor(P 2^64)``.
+def matrix_cells(P) -> CellTable:
+    """A float matrix's integer cells, row by row (``mechanisms._sampling.safe_cells``): every positive
+    entry but the row's largest rounded up to a multiple of 2^-64, the largest takes the remainder, zeros
+    stay zero.  For matrices given as floats; the mechanisms the service charges for use
+    :func:`ewrr_cells` / :func:`rr3_ddagger_cells`, which honour their epsilon exactly."""
+    q = _check_matrix(P)
+    return CellTable.from_rows([safe_cells(row) for row in q])
 
-    The most probable output absorbs the rounding remainder, so every probability is realised within
-    ``c 2^-64`` and an output of probability 0 is never drawn (its width is 0).
-    """
-    rows, c = q.shape
-    order = np.empty((rows, c), dtype=np.int64)
-    bounds = np.empty((rows, c - 1), dtype=np.uint64)
-    for i in range(rows):  # once per matrix row (a handful), never per value
-        widths = [int(float(v) * TWO_64) for v in q[i]]
-        top = int(np.argmax(q[i]))
-        widths[top] += TWO_64 - sum(widths)
-        rest = [j for j in range(c) if j != top]
-        order[i] = rest + [top]
-        acc = 0
-        for col, j in enumerate(rest):
-            acc += widths[j]
-            bounds[i, col] = acc
-    return order, bounds
+
+def ewrr_cells(n, eps) -> CellTable:
+    """EWRRn at ``p* = e^eps/(e^eps + n - 1)`` (k-RR) as exact integer cells: each off-diagonal cell
+    ``ceil(2^64/(L + n - 1))`` with ``L < e^eps`` (``mechanisms._exact``), the diagonal takes the remainder,
+    so every column's ratio is at most ``L < e^eps``.  Raises ``ValueError`` above :func:`ewrr_max_epsilon`
+    (an off-diagonal probability below 2^-64) or when eps is too small to separate the cells (eps = 0 for
+    n not a power of two)."""
+    n = check_m(n)
+    eps_f = check_eps(eps)
+    ideal = Fraction(TWO_64) / (exp_lower(eps) + n - 1)
+    if ideal < 1:
+        raise ValueError(f"eps = {eps_f:g} is above what EWRR{n} can sample honestly: (1-p)/{n - 1} would be "
+                         f"below 2^-64; the largest epsilon is {ewrr_max_epsilon(n)} (docs/mechanisms.md)")
+    off = ceil_frac(ideal)
+    diag = TWO_64 - (n - 1) * off
+    if diag < off:
+        raise ValueError(f"eps = {eps_f:g} is too small for EWRR{n} to be realised with 64-bit thresholds")
+    return CellTable.from_rows([[diag if i == j else off for j in range(n)] for i in range(n)])
+
+
+def ewrr_max_epsilon(n) -> Decimal:
+    """The largest epsilon (6 decimals) :func:`ewrr_cells` samples: ``eps <= ln(2^64 - n + 1)`` (44.361419
+    for n = 3)."""
+    n = check_m(n)
+    return largest_honest(lambda e: ewrr_cells(n, e), ln_floor_places(TWO_64 - n + 1))
+
+
+def rr3_ddagger_cells(eps1, eps2) -> CellTable:
+    """RR3‡ at ``p1 = e^eps1/(e^eps1 + 1)``, ``p2 = e^eps2/(e^eps2 + 1)`` (LPP‡) as exact integer cells.
+
+    With ``E1 <= e^eps1``, ``E2 <= e^eps2`` rational lower bounds and ``T = 2^64``: row 0 is
+    ``(P1, A, A)`` with ``A = ceil(T/(2(1 + E1)))`` and ``P1 = T - 2A``; rows 1 and 2 are
+    ``(2A, X, Y)`` and ``(2A, Y, X)`` with ``Y = ceil(P1/(1 + E2))`` and ``X = P1 - Y``.  Then
+    ``P1/(2A) <= E1``, ``X/Y <= E2`` and ``X/A <= 2 E1 E2/(1 + E2)``, so every column ratio is at most
+    ``max(E2, 2 E1 E2/(1 + E2)) <= e^lpp_epsilon(eps1, eps2)``; that bound is checked exactly on every
+    column.  Raises ``ValueError`` when a cell would be below 2^-64 (see :func:`rr3_ddagger_max_epsilons`)
+    or the check fails (eps2 = 0)."""
+    try:
+        return CellTable.from_rows(_rr3_ddagger_rows(eps1, eps2))
+    except _Unrepresentable as exc:
+        e1_max, e2_max = rr3_ddagger_max_epsilons()
+        raise ValueError(f"{exc}; the largest epsilons RR3‡ samples for every pair are eps1 <= {e1_max} and "
+                         f"0 < eps2 <= {e2_max} (docs/mechanisms.md)") from None
+
+
+class _Unrepresentable(ValueError):
+    pass
+
+
+def _rr3_ddagger_rows(eps1, eps2) -> list[list[int]]:
+    e1, e2 = check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
+    E1, E2 = exp_lower(eps1), exp_lower(eps2)
+    T = TWO_64
+    a_ideal = Fraction(T) / (2 * (1 + E1))
+    if a_ideal < 1:
+        raise _Unrepresentable(f"eps1 = {e1:g} is above what RR3‡ can sample honestly: (1 - p1)/2 would be "
+                               "below 2^-64")
+    A = ceil_frac(a_ideal)
+    P1 = T - 2 * A
+    y_ideal = Fraction(P1) / (1 + E2)
+    if y_ideal < 1:
+        raise _Unrepresentable(f"eps2 = {e2:g} is above what RR3‡ can sample honestly: p1 (1 - p2) would be "
+                               "below 2^-64")
+    Y = ceil_frac(y_ideal)
+    X = P1 - Y
+    rows = [[P1, A, A], [2 * A, X, Y], [2 * A, Y, X]]
+    bound = max(E2, 2 * E1 * E2 / (1 + E2))
+    for j in range(3):
+        col = [r[j] for r in rows]
+        if min(col) < 1 or max(col) > bound * min(col):
+            raise _Unrepresentable(f"(eps1, eps2) = ({e1:g}, {e2:g}) cannot be realised by RR3‡ with 64-bit "
+                                   "thresholds within its exact level")
+    return rows
+
+
+def rr3_ddagger_max_epsilons() -> tuple[Decimal, Decimal]:
+    """``(eps1_max, eps2_max)`` (6 decimals) such that :func:`rr3_ddagger_cells` samples every
+    ``eps1 <= eps1_max`` with ``0 < eps2 <= eps2_max``: ``(1 - p1)/2 >= 2^-64`` gives
+    ``eps1 <= ln(2^63 - 1)`` and ``p1 (1 - p2) >= 2^-64`` with ``p1 >= 1/2`` gives ``eps2 <= ln(2^63 - 1)``
+    whatever eps1 (both 43.668272; eps2 may go up to about 44.36 when eps1 is large)."""
+    guess = ln_floor_places(TWO_64 // 2 - 1)
+    return (largest_honest(lambda e: _rr3_ddagger_rows(e, 1), guess),
+            largest_honest(lambda e: _rr3_ddagger_rows(0, e), guess))
 
 
 def perturb(values, P, rng=None) -> np.ndarray:
     """Draw an output for every input value ``x`` (a row index of ``P``) with ``Pr(j) = P[x, j]``.
 
-    Spec "Estimators" (the sampler behind every RR3 release and LPP‡).  One uniform word ``u`` per
-    value; the output is the ``r``-th entry of the row's output order,
-    ``r`` = the number of boundaries ``b <= u`` (see :func:`_row_tables`): exact integer comparisons.
+    Spec "Estimators" (the sampler behind every RR3 release and LPP‡).  ``P`` is a
+    ``mechanisms._sampling.CellTable`` of exact integer cells (:func:`ewrr_cells`,
+    :func:`rr3_ddagger_cells`: what the service sells) or a float row-stochastic matrix, rounded by
+    :func:`matrix_cells`.  One uniform word ``u`` per value; the output is the ``r``-th entry of the row's
+    output order (the largest cell last), ``r`` = the number of cumulative cells ``<= u``: exact integer
+    comparisons, one numpy pass per block.
     """
-    q = _check_matrix(P)
-    x = check_values(values, q.shape[0])
-    order, bounds = _row_tables(q)
-    out = np.empty(x.size, dtype=np.int64)
-    block = max(1, _CELLS_PER_BLOCK // q.shape[1])
-    for start in range(0, x.size, block):
-        stop = min(start + block, x.size)
-        xb = x[start:stop]
-        u = words(rng, stop - start)
-        rank = (u[:, None] >= bounds[xb]).sum(axis=1)
-        out[start:stop] = order[xb, rank]
-    return out
+    table = P if isinstance(P, CellTable) else matrix_cells(P)
+    x = check_values(values, table.shape[0])
+    return table.draw(rng, x)
 
 
 # ------------------------------------------------------------------------------------- graph protocol LPP‡
@@ -351,11 +426,14 @@ def lpp_report(edges, m, eps1, eps2, rng=None) -> np.ndarray:
     edge's weight is discretized to +1 w.p. ``(1+w)/2``; the state then goes through
     ``rr3_ddagger(p1, q)`` (``p1 = e^eps1/(e^eps1+1)``, ``q = e^eps2/(e^eps2+1)``): an edge is reported
     w.p. ``p1`` with its sign kept w.p. ``q``, no edge is reported as an edge w.p. ``1 - p1`` with a
-    fair sign.  The release is ``lpp_epsilon(eps1, eps2)``-LDP.
+    fair sign.  Sampled with :func:`rr3_ddagger_cells`, so the release is exactly at most
+    ``lpp_epsilon(eps1, eps2)``-LDP (the item is uniform, exactly; the sign discretization only mixes the
+    rows of the two edge states, so it adds nothing).
     """
     m = _count(m, "m (the number of items)")
-    eps1, eps2 = check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
+    check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
     n, lookup = _edge_weights(edges, m)
+    cells = rr3_ddagger_cells(eps1, eps2)
     if n == 0:
         return np.empty((0, 2), dtype=np.int64)
     j = uniform_below(rng, m, n)
@@ -363,7 +441,7 @@ def lpp_report(edges, m, eps1, eps2, rng=None) -> np.ndarray:
     state = np.full(n, NO_EDGE, dtype=np.int64)
     has = ~np.isnan(w)
     state[has] = np.where(discretize(w[has], -1.0, 1.0, rng), PLUS, MINUS)
-    y = perturb(state, rr3_ddagger(_keep(eps1), _keep(eps2)), rng)
+    y = perturb(state, cells, rng)
     return np.column_stack([j, y])
 
 

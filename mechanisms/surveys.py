@@ -32,22 +32,34 @@ unbiased estimate of the proportion ``pi``.  "Modified" means a census -- the wh
   sell only the aggregate estimate, and require every dealt respondent to answer exactly once.
 
 Randomness comes from :mod:`mechanisms.random` (secure by default; a ``numpy.random.Generator`` when
-passed as ``rng``): one 64-bit word per respondent compared with integer thresholds
-``floor(prob 2^64)``; the IC deal is a uniformly random permutation obtained by sorting one random
-word per card (drawn again in the ~N^2/2^65-probability event of a tie).
+passed as ``rng``): one 64-bit word per respondent compared with integer cells; the IC deal is a
+uniformly random permutation obtained by sorting one random word per card (drawn again in the
+~N^2/2^65-probability event of a tie).
+
+**Exact devices** (docs/mechanisms.md, "Exact sampling: one-shot mechanisms").  :func:`warner_device`,
+:func:`simmons_device` and :func:`christofides_cards` build a device's integer cells (probability times
+2^64) exactly from eps, around a rational lower bound ``L < e^eps``: the small cells are rounded up and
+the large ones take the remainder (or the largest value the bound allows), so the realised per-report
+level of what is sampled is at most eps.  The ``*_perturb`` functions take such a device, or a float
+parameter as before (rounded safely, with no charged level to honour).  :func:`ic_deck_counts` deals its
+counts with the same exact bound.  Epsilons whose cells would need a probability below 2^-64 raise
+``ValueError`` naming the limit (:func:`device_max_epsilon`).
 """
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
+from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, floor_frac, largest_honest, ln_floor_places
+from ._sampling import CellTable, draw_iid, safe_cells
 from ._validation import check_eps, check_values
-from ._sampling import draw_iid
 from .private_sampling import SUM_TOLERANCE
-from .random import TWO_64, U64_MAX, threshold, words
+from .random import words
 
 #: Guarantee kinds recorded by the service (spec surveys.md, "Privacy caveat for IC").
 KIND_LDP = "ldp"
@@ -65,7 +77,7 @@ _MECHANISMS = {
 # ----------------------------------------------------------------------------------------------- validation
 
 def _check_prob(p, name: str, *, lo_open: bool = False, hi_open: bool = False) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+    if isinstance(p, bool) or not isinstance(p, (numbers.Real, Decimal)):
         raise ValueError(f"{name} must be a probability (a real number in [0, 1]), got {p!r}")
     value = float(p)
     outside = not math.isfinite(value) or value < 0 or value > 1
@@ -162,6 +174,173 @@ def _informative_d(probs: np.ndarray) -> tuple[float, float, float]:
     return ey, var, d
 
 
+# ---------------------------------------------------------------------------------------------- exact devices
+
+@dataclass(frozen=True)
+class BinaryDevice:
+    """A yes/no device as integer cells: ``Pr(yes | x) = yes[x] / 2^64`` for x = 0, 1; "yes" exactly when
+    the respondent's word is below ``yes[x]``.  Shared by the ``*_perturb`` functions and the exact level
+    (``mechanisms.exactness_oneshot``)."""
+
+    yes0: int
+    yes1: int
+
+    def rows(self) -> list[list[int]]:
+        """``[[no, yes] for x = 0, 1]`` as exact integers (columns X = no, yes)."""
+        return [[TWO_64 - self.yes0, self.yes0], [TWO_64 - self.yes1, self.yes1]]
+
+    @property
+    def q0(self) -> float:
+        return float(Fraction(self.yes0, TWO_64))
+
+    @property
+    def q1(self) -> float:
+        return float(Fraction(self.yes1, TWO_64))
+
+
+class WarnerDevice(BinaryDevice):
+    """Warner's device: ``yes0 + yes1 = 2^64`` (lie and truth)."""
+
+    @property
+    def p(self) -> float:
+        """The realised truthful probability ``Pr(yes | 1)``, for :func:`warner_estimate`."""
+        return self.q1
+
+
+class SimmonsDevice(BinaryDevice):
+    """Simmons' device, with the realised ``p`` and ``pi_b`` for :func:`simmons_estimate`."""
+
+    @property
+    def p(self) -> float:
+        """``Pr(yes | 1) - Pr(yes | 0)``."""
+        return float(Fraction(self.yes1 - self.yes0, TWO_64))
+
+    @property
+    def pi_b(self) -> float:
+        """``Pr(yes | 0)/(1 - p)``."""
+        return float(Fraction(self.yes0, TWO_64 - (self.yes1 - self.yes0)))
+
+
+@dataclass(frozen=True)
+class Cards:
+    """Christofides' card proportions as integer cells ``c_1..c_L`` summing to 2^64 (card k has probability
+    ``c_k / 2^64``)."""
+
+    cells: tuple
+
+    @property
+    def probs(self) -> np.ndarray:
+        """The realised proportions as floats (for the estimator and the variance)."""
+        return np.array([float(Fraction(c, TWO_64)) for c in self.cells])
+
+    def rows(self) -> list[list[int]]:
+        """The report law ``[cells for x = 0, reversed cells for x = 1]`` over reports 1..L."""
+        return [list(self.cells), list(self.cells[::-1])]
+
+
+class _Unrepresentable(ValueError):
+    pass
+
+
+def _small_cell(total: int, share: Fraction, what: str, eps_f: float) -> int:
+    """``ceil(total * share)``, refusing a cell below one unit (a probability below 2^-64)."""
+    ideal = total * share
+    if ideal < 1:
+        raise _Unrepresentable(f"eps = {eps_f:g} is above what the {what} can sample honestly: a probability "
+                               "would be below 2^-64")
+    return ceil_frac(ideal)
+
+
+def warner_device(eps) -> WarnerDevice:
+    """Warner at ``p = e^eps/(e^eps + 1)`` as exact cells: the lie ``ceil(2^64/(L + 1))`` (``L < e^eps``),
+    the truth the remainder, so both columns' ratio ``(2^64 - lie)/lie <= L``.  ``eps`` at its exact value."""
+    try:
+        return _warner_device(eps)
+    except _Unrepresentable as exc:
+        raise ValueError(f"{exc}; the largest epsilon is {device_max_epsilon('warner')} "
+                         "(docs/mechanisms.md)") from None
+
+
+def _warner_device(eps) -> WarnerDevice:
+    eps_f = check_eps(eps)
+    lie = _small_cell(TWO_64, 1 / (exp_lower(eps) + 1), "Warner device", eps_f)
+    if 2 * lie > TWO_64:
+        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Warner's device with 64-bit thresholds")
+    return WarnerDevice(yes0=lie, yes1=TWO_64 - lie)
+
+
+def simmons_device(eps, pi_b) -> SimmonsDevice:
+    """Simmons at ``p`` with ``p/(1 - p) = (e^eps - 1) min(pi_B, 1 - pi_B)`` as exact cells.
+
+    For ``pi_B <= 1/2`` (``b = pi_B``, ``T = 2^64``, ``L < e^eps``): ``yes0 = ceil(T b/(1 + (L - 1) b))``
+    (the small cell, up) and ``yes1`` the largest value with ``yes1 <= L yes0`` and
+    ``T - yes0 <= L (T - yes1)``; for ``pi_B > 1/2`` the same on the "no" cells with ``b = 1 - pi_B``.
+    Both columns' ratios are then at most ``L``."""
+    try:
+        return _simmons_device(eps, pi_b)
+    except _Unrepresentable as exc:
+        raise ValueError(f"{exc}; the largest epsilon for this pi_b is {device_max_epsilon('simmons', pi_b)} "
+                         "(docs/mechanisms.md)") from None
+
+
+def _simmons_device(eps, pi_b) -> SimmonsDevice:
+    eps_f = check_eps(eps)
+    pi_b_f = _check_prob(pi_b, "pi_b", lo_open=True, hi_open=True)
+    b = as_fraction(pi_b)
+    flip = pi_b_f > 0.5
+    if flip:
+        b = 1 - b
+    L = exp_lower(eps)
+    T = TWO_64
+    small = _small_cell(T, b / (1 + (L - 1) * b), "Simmons device", eps_f)
+    big = min(floor_frac(L * small), T - ceil_frac((T - small) / L), T - 1)
+    if big < small or small > T - 1:
+        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Simmons' device with 64-bit thresholds")
+    if flip:  # the cells above are the "no" cells: Pr(no | 1) = small, Pr(no | 0) = big
+        return SimmonsDevice(yes0=T - big, yes1=T - small)
+    return SimmonsDevice(yes0=small, yes1=big)
+
+
+def christofides_cards(eps, p2) -> Cards:
+    """The best L = 3 Christofides cards (:func:`christofides_optimal_probs`) as exact cells: ``c2`` the
+    nearest cell to ``p2 2^64``, ``c1 = ceil((2^64 - c2)/(L + 1))`` (``L < e^eps``), ``c3`` the rest, so
+    ``c3/c1 <= L``."""
+    try:
+        return _christofides_cards(eps, p2)
+    except _Unrepresentable as exc:
+        raise ValueError(f"{exc}; the largest epsilon for this p2 is {device_max_epsilon('christofides', p2)} "
+                         "(docs/mechanisms.md)") from None
+
+
+def _christofides_cards(eps, p2) -> Cards:
+    eps_f = check_eps(eps)
+    _check_prob(p2, "p2", hi_open=True)
+    T = TWO_64
+    c2 = round(as_fraction(p2) * T)
+    c1 = _small_cell(T - c2, 1 / (exp_lower(eps) + 1), "Christofides deck", eps_f)
+    c3 = T - c2 - c1
+    if c3 < c1:
+        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Christofides' cards with 64-bit thresholds")
+    return Cards((c1, c2, c3))
+
+
+def device_max_epsilon(mechanism: str, parameter=None) -> Decimal:
+    """The largest epsilon (6 decimals) the exact devices can realise: ``"warner"`` (44.361419: the lie
+    ``1/(e^eps + 1) >= 2^-64``), ``"simmons"`` with ``pi_b`` (``Pr(yes | 0)`` about ``e^-eps`` at least
+    2^-64; about 44.36 for a moderate pi_b) and ``"christofides"`` with ``p2`` (``(1 - p2)/(e^eps + 1) >=
+    2^-64``)."""
+    if mechanism == "warner":
+        return largest_honest(_warner_device, ln_floor_places(TWO_64 - 1))
+    if mechanism == "simmons":
+        b = min(as_fraction(parameter), 1 - as_fraction(parameter))   # Pr(yes | 0) >= 2^-64: L <= 2^64 + 1 - 1/b
+        guess = ln_floor_places(TWO_64 + 1 - 1 / b)
+        return largest_honest(lambda e: _simmons_device(e, parameter), guess)
+    if mechanism == "christofides":
+        c2 = round(as_fraction(parameter) * TWO_64)
+        return largest_honest(lambda e: _christofides_cards(e, parameter), ln_floor_places(TWO_64 - c2))
+    raise ValueError(f"mechanism must be warner, simmons or christofides, got {mechanism!r}")
+
+
 # --------------------------------------------------------------------------------------------------- Warner
 
 def warner_probability(eps) -> float:
@@ -187,10 +366,15 @@ def warner_epsilon(p) -> float:
 
 def warner_perturb(values, p, rng=None) -> np.ndarray:
     """Warner's device: each 0/1 value reported truthfully with probability ``p``, else negated (spec
-    surveys.md, "Warner"; not the paper's inverted pseudocode).  One 64-bit word per respondent."""
+    surveys.md, "Warner"; not the paper's inverted pseudocode).  One 64-bit word per respondent.
+
+    ``p`` is a :class:`WarnerDevice` (:func:`warner_device`: exact cells honouring eps) or a float
+    probability (its cells rounded safely: the smaller one up)."""
+    if isinstance(p, BinaryDevice):
+        return _bernoulli(rng, check_values(values, 2), p)
     p = _check_prob(p, "p")
     x = check_values(values, 2)
-    return _bernoulli(rng, x, (1.0 - p, p))
+    return _bernoulli(rng, x, _float_device(1.0 - p, p))
 
 
 def warner_estimate(reports, p):
@@ -247,15 +431,20 @@ def simmons_epsilon(p, pi_b) -> float:
     return math.inf if den == 0 else math.log(num) - math.log(den)
 
 
-def simmons_perturb(values, p, pi_b, rng=None) -> np.ndarray:
+def simmons_perturb(values, p, pi_b=None, rng=None) -> np.ndarray:
     """Simmons' device: the truth with probability ``p``, else an independent Bernoulli(pi_B) answer
     (spec surveys.md, "Simmons").  Drawn from its exact output law (``yes`` with ``q1`` for x = 1 and
-    ``q0`` for x = 0), one 64-bit word per respondent."""
+    ``q0`` for x = 0), one 64-bit word per respondent.
+
+    ``p`` is a :class:`SimmonsDevice` (:func:`simmons_device`: exact cells honouring eps; ``pi_b`` is then
+    ignored) or a float probability with ``pi_b`` (cells rounded safely)."""
+    if isinstance(p, BinaryDevice):
+        return _bernoulli(rng, check_values(values, 2), p)
     p = _check_prob(p, "p")
     pi_b = _check_prob(pi_b, "pi_b")
     x = check_values(values, 2)
     q1, q0 = _simmons_q(p, pi_b)
-    return _bernoulli(rng, x, (q0, q1))
+    return _bernoulli(rng, x, _float_device(q0, q1))
 
 
 def simmons_estimate(reports, p, pi_b):
@@ -309,8 +498,14 @@ def christofides_epsilon(probs) -> float:
 def christofides_perturb(values, probs, rng=None) -> np.ndarray:
     """Christofides' device: draw a card ``Y ~ probs`` on 1..L with replacement and report
     ``L + 1 - Y`` if x = 1, ``Y`` if x = 0 (spec surveys.md, "Christofides"; the formula, not the
-    paper's swapped pseudocode).  One 64-bit word per respondent against the integer thresholds
-    ``floor(cdf 2^64)`` (``np.searchsorted``)."""
+    paper's swapped pseudocode).  One 64-bit word per respondent against the integer cells: ``probs`` is
+    :class:`Cards` (:func:`christofides_cards`: exact cells honouring eps) or float proportions (their
+    ``safe_cells``, cumulative, ``np.searchsorted``)."""
+    if isinstance(probs, Cards):
+        x = check_values(values, 2)
+        L = len(probs.cells)
+        y = CellTable.from_rows([list(probs.cells)]).draw(rng, np.zeros(x.size, dtype=np.int64)) + 1
+        return np.where(x == 1, L + 1 - y, y)
     probs = _check_card_probs(probs)
     x = check_values(values, 2)
     y = draw_iid(rng, probs, x.size) + 1
@@ -352,18 +547,18 @@ class SurveyGuarantee:
 
 def ic_deck_counts(N, eps, p2) -> np.ndarray:
     """Integer card counts for an IC deck of exactly N cards (spec surveys.md, "Improved Christofides"):
-    ``c2 = round(p2 N)``, ``c1 = ceil((N - c2)/(e^eps + 1))``, ``c3 = N - c1 - c2``, which keeps the
-    realised ``eps = ln(c3/c1)`` at or below the target.  Raises ``ValueError`` when N is too small for
+    ``c2 = round(p2 N)``, ``c1 = ceil((N - c2)/(L + 1))`` with ``L < e^eps`` a rational lower bound (exact,
+    ``mechanisms._exact``; eps at its exact value), ``c3 = N - c1 - c2``, so the realised per-report level
+    ``ln(c3/c1)`` is below the target, exactly.  Raises ``ValueError`` when N is too small for
     an informative deck within eps (``c3 > c1 >= 1`` and ``c3 <= e^eps c1``)."""
     N = _check_n(N, minimum=2)
-    eps = check_eps(eps, positive=True)
+    eps_f = check_eps(eps, positive=True)
     p2 = _check_prob(p2, "p2", hi_open=True)
     c2 = int(round(p2 * N))
     rest = N - c2
-    c1 = max(1, math.ceil(rest / (math.exp(eps) + 1.0)))
+    c1 = max(1, ceil_frac(rest / (exp_lower(eps) + 1)))   # exact: c3 = rest - c1 <= L c1 < e^eps c1
     c3 = rest - c1
-    while c3 > c1 and c3 > math.exp(eps) * c1:       # float rounding in the ceil: stay within eps
-        c1, c3 = c1 + 1, c3 - 1
+    eps = eps_f
     if not c3 > c1 >= 1:
         raise ValueError(f"N = {N} is too small for an informative deck at eps = {eps:g} and p2 = {p2:g}: "
                          f"need at least one more 3-card than 1-cards with 3-cards <= e^eps 1-cards "
@@ -504,11 +699,17 @@ def min_sample_size(mechanism, eps, var, pi, p2) -> int:
 
 # -------------------------------------------------------------------------------------------------- helpers
 
-def _bernoulli(rng, x: np.ndarray, prob_yes: tuple[float, float]) -> np.ndarray:
-    """``X = 1`` with probability ``prob_yes[x]`` (integer thresholds; probability 1 is always yes)."""
-    t = [threshold(min(max(v, 0.0), 1.0)) for v in prob_yes]
-    always = np.array([ti >= TWO_64 for ti in t])
-    cut = np.array([min(ti, U64_MAX) for ti in t], dtype=np.uint64)
+def _float_device(q0: float, q1: float) -> BinaryDevice:
+    """A device from float ``Pr(yes | x)``: each row's cells rounded safely (``safe_cells``)."""
+    q0, q1 = (min(max(v, 0.0), 1.0) for v in (q0, q1))
+    return BinaryDevice(yes0=safe_cells([1.0 - q0, q0])[1], yes1=safe_cells([1.0 - q1, q1])[1])
+
+
+def _bernoulli(rng, x: np.ndarray, device: BinaryDevice) -> np.ndarray:
+    """``X = 1`` exactly when the word is below ``yes[x]`` (a cell of 2^64 is always yes)."""
+    cells = (device.yes0, device.yes1)
+    always = np.array([c >= TWO_64 for c in cells])
+    cut = np.array([min(c, TWO_64 - 1) for c in cells], dtype=np.uint64)
     u = words(rng, x.size)
     return (always[x] | (u < cut[x])).astype(np.int64)
 

@@ -34,20 +34,30 @@ maximum-likelihood estimate on the simplex).  Losses: ``expected_l2`` (Props. 15
 by ``e - 1``); every formula is evaluated in forms that stay finite up to eps = 700.
 
 Randomness comes only from :mod:`mechanisms.random` (secure by default, a numpy ``Generator``
-when passed): every Bernoulli draw compares a uniform 64-bit word with ``floor(p 2^64)``.
+when passed).  Every draw compares a uniform 64-bit word with **integer cells** built exactly from
+``eps`` (:func:`urr_cells`, :func:`urap_cells`; docs/mechanisms.md, "Exact sampling: one-shot
+mechanisms"): small cells rounded up, the large ones take the remainder, around a rational lower bound
+``L < e^eps``, so that the realised ULDP level of what is sampled is at most ``eps`` (the exact eps the
+caller passes: a ``Decimal`` or ``int`` at its decimal value, a float at its binary value).  The
+``*_matrix`` and estimator functions use the ideal real probabilities, which differ from the cells by
+less than ``2^-64`` each.  Parameters whose cells cannot be represented honestly (an ideal probability
+below ``2^-64``, or too close to 1 to separate) raise ``ValueError`` naming the limit
+(:func:`urr_max_epsilon`, :func:`urap_max_epsilon`).
 """
 from __future__ import annotations
 
 import math
 import numbers
+from decimal import ROUND_FLOOR, Decimal
+from fractions import Fraction
 from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
 
-from . import _sampling
+from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, exp_upper, largest_honest, ln_floor_places
 from ._validation import check_eps, check_m, check_values
-from .random import TWO_64, threshold, words
+from .random import words
 
 #: Report classes returned by :func:`classify_report`.
 PROTECTED, INVERTIBLE, MALFORMED = 0, 1, 2
@@ -91,7 +101,7 @@ def _check_sensitive(sensitive, k: int, name: str = "sensitive") -> tuple[np.nda
 
 def _check_theta(theta) -> float:
     """A caller's uRAP keep probability: a number strictly inside (0, 1)."""
-    if isinstance(theta, bool) or not isinstance(theta, numbers.Real):
+    if isinstance(theta, bool) or not isinstance(theta, (numbers.Real, Decimal)):
         raise ValueError(f"theta must be a real number in (0, 1), got {theta!r}")
     theta = float(theta)
     if not 0.0 < theta < 1.0:
@@ -184,31 +194,104 @@ def urr_matrix(k, sensitive, eps) -> np.ndarray:
     return q
 
 
-def urr_perturb(values, k, sensitive, eps, rng=None) -> np.ndarray:
-    """uRR of every value (Def. 3, spec "uRR"), one uniform word per value.
+class URRCells(NamedTuple):
+    """uRR's integer cells (probability times 2^64), shared by :func:`urr_perturb` and the exact level
+    (``mechanisms.exactness_oneshot.urr_level``): a sensitive input is kept with ``c1`` and moved to each
+    other sensitive value with ``c2``; a non-sensitive input moves to each sensitive value with ``c2`` and
+    is kept with ``c3``.  ``c1 + (s-1) c2 = c3 + s c2 = 2^64``."""
 
-    Sensitive ``x``: ``x`` w.p. ``c1``, each other sensitive value w.p. ``c2``.  Non-sensitive ``x``:
-    ``x`` w.p. ``c3``, each sensitive value w.p. ``c2``.  Drawn with the exact integer layout of
-    :mod:`mechanisms._sampling` over the sensitive positions ``0..s-1`` plus ``s`` = "the input itself";
-    every ``c2`` is ``floor(c2 2^64)/2^64`` for both kinds of rows, so the realised ratio ``c1/c2``
-    on protected outputs is ``e^eps`` to within ``2^-64`` relative.
+    s: int
+    c1: int
+    c2: int
+    c3: int
+
+
+def urr_cells(s, eps) -> URRCells:
+    """uRR's cells for ``s`` sensitive values at ``eps`` (exact value; > 0).
+
+    ``c2 = ceil(2^64/(L + s - 1))`` with ``L < e^eps`` a rational lower bound (``mechanisms._exact``), the
+    others take the remainders: ``c1 = 2^64 - (s-1) c2 <= L c2``, so every protected column's ratio
+    ``c1/c2`` is below ``e^eps``.  ``s = 0`` is the identity (nothing drawn).  Raises ``ValueError`` when
+    ``c2`` would be below 2^-64 (eps above :func:`urr_max_epsilon`) or when eps is too small to separate
+    ``c1`` from ``c2``.
+    """
+    if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
+        raise ValueError(f"s (the number of sensitive values) must be a non-negative integer, got {s!r}")
+    s = int(s)
+    eps_f = check_eps(eps, positive=True)
+    if s == 0:
+        return URRCells(0, TWO_64, 0, TWO_64)
+    ideal = Fraction(TWO_64) / (exp_lower(eps) + s - 1)
+    if ideal < 1:
+        raise ValueError(f"eps = {eps_f:g} is above what uRR with {s} sensitive value(s) can sample honestly: "
+                         f"c2 = 1/(s + e^eps - 1) would be below 2^-64; the largest epsilon is "
+                         f"{urr_max_epsilon(s)} (docs/mechanisms.md)")
+    c2 = ceil_frac(ideal)
+    c1, c3 = TWO_64 - (s - 1) * c2, TWO_64 - s * c2
+    if c3 < 1 or c1 < c2:
+        raise ValueError(f"eps = {eps_f:g} is too small for uRR with {s} sensitive values to be realised with "
+                         "64-bit thresholds (it cannot separate keeping from moving)")
+    return URRCells(s, c1, c2, c3)
+
+
+def urr_max_epsilon(s) -> Decimal:
+    """The largest epsilon (6 decimals) at which :func:`urr_cells` can sample uRR with ``s >= 1``
+    sensitive values: ``c2 = 1/(s + e^eps - 1) >= 2^-64``, i.e. ``eps <= ln(2^64 - s + 1)`` (about 44.36)."""
+    return largest_honest(lambda e: urr_cells(s, e), ln_floor_places(TWO_64 - s + 1))
+
+
+def urr_cell_matrix(k, sensitive, eps) -> list[list[int]]:
+    """The (k, k) integer cells ``W[x][y]`` that :func:`urr_perturb` samples (probability ``W/2^64``),
+    from :func:`urr_cells`: for the exact level."""
+    k = check_m(k)
+    idx, mask = _check_sensitive(sensitive, k)
+    cells = urr_cells(int(idx.size), eps)
+    sens = set(idx.tolist())
+    out = []
+    for x in range(k):  # analysis only: k rows of k Python integers
+        if x in sens:
+            out.append([cells.c1 if y == x else cells.c2 if y in sens else 0 for y in range(k)])
+        else:
+            out.append([cells.c2 if y in sens else cells.c3 if y == x else 0 for y in range(k)])
+    return out
+
+
+def urr_perturb(values, k, sensitive, eps, rng=None) -> np.ndarray:
+    """uRR of every value (Def. 3, spec "uRR"), one uniform word ``u`` per value.
+
+    With the cells of :func:`urr_cells` (``s`` sensitive values in increasing order): a sensitive ``x`` (at
+    position ``a`` of S) moves for ``u < (s-1) c2`` to the ``j``-th other sensitive value, ``j = u // c2``
+    (skipping ``a``), and is kept otherwise (``c1``); a non-sensitive ``x`` moves for ``u < s c2`` to the
+    ``(u // c2)``-th sensitive value and is kept otherwise (``c3``).  Every protected column's ratio is
+    ``c1/c2 < e^eps``; one numpy pass per block.
     """
     k = check_m(k)
-    eps = check_eps(eps, positive=True)
+    check_eps(eps, positive=True)
     idx, mask = _check_sensitive(sensitive, k)
     x = check_values(values, k)
     s = idx.size
     if s == 0:  # the identity: nothing is protected, nothing is drawn
         return x.copy()
-    c1, c2, c3 = _urr_probabilities(s, eps)
-    pos = np.full(k, s, dtype=np.int64)  # position of each value in S; s for non-sensitive values
+    cells = urr_cells(s, eps)
+    pos = np.full(k, -1, dtype=np.int64)  # position of each value in S; -1 for non-sensitive values
     pos[idx] = np.arange(s)
-    first = pos[x]
-    cond = mask[x]
-    sens_layout = _sampling.Layout.of(p_second=0.0, r=c2, n_others=s - 1)
-    non_layout = _sampling.Layout.of(p_second=0.0, r=c2, n_others=s)
-    j = _sampling.draw(rng, first, first, s + 1, sens_layout, cond, non_layout)
-    return np.where(j == s, x, np.append(idx, -1)[j])
+    width = np.uint64(cells.c2)
+    moves = np.array([s * cells.c2, (s - 1) * cells.c2], dtype=np.uint64)  # [non-sensitive, sensitive]
+    out = np.empty_like(x)
+    for start in range(0, x.size, _URR_BLOCK):  # cache-sized blocks, each one vectorized pass
+        xb = x[start:start + _URR_BLOCK]
+        a = pos[xb]
+        sens = a >= 0
+        u = words(rng, xb.size)
+        moved = u < moves[sens.astype(np.int64)]
+        j = np.minimum(u // width, np.uint64(s - 1)).astype(np.int64)  # only read where moved: j < s
+        j += sens & (j >= a)
+        out[start:start + xb.size] = np.where(moved, idx[np.minimum(j, s - 1)], xb)
+    return out
+
+
+#: uRR values drawn per vectorized pass.
+_URR_BLOCK = 1 << 16
 
 
 def urr_estimate(outputs, k, sensitive, eps) -> np.ndarray:
@@ -246,15 +329,87 @@ def _urap_terms(eps: float, theta) -> tuple[float, float, float, float, float]:
             denominator)
 
 
-def _bernoulli_threshold(p: float) -> np.uint64 | None:
-    """``floor(p 2^64)`` as a uint64 word threshold (``u < T`` has probability ``T/2^64``), or
-    ``None`` for ``p = 1`` (the event always happens; 2^64 itself does not fit a word)."""
-    t = threshold(p)
-    return None if t >= TWO_64 else np.uint64(t)
+class URAPCells(NamedTuple):
+    """uRAP's integer cells: a bit is set when its word is below the cell (probability ``cell/2^64``).
+    ``theta``: the input's own sensitive bit; ``d1``: every other sensitive bit; ``keep_n``: the input's own
+    non-sensitive bit (``1 - d2``).  Shared by :func:`urap_perturb` and the exact level."""
+
+    theta: int
+    d1: int
+    keep_n: int
+
+    @property
+    def d2(self) -> int:
+        return TWO_64 - self.keep_n
 
 
-def _below(u: np.ndarray, t: np.uint64 | None) -> np.ndarray:
-    return np.ones(u.shape, dtype=bool) if t is None else u < t
+def urap_cells(eps, theta=None) -> URAPCells:
+    """uRAP's cells at ``eps`` (exact value; > 0) and ``theta`` (default ``h/(h+1)``, ``h = e^(eps/2)``).
+
+    ``theta`` is first fixed as an integer ``t`` (any rounding: the guarantee is built around it).  With
+    ``L < e^eps`` (``mechanisms._exact``) and ``T = 2^64``: ``d1 = ceil(t T/(t + L (T - t)))`` (so the two
+    sensitive bits' ratio ``t (T - d1)/(d1 (T - t)) <= L``), ``d2 = ceil(t T/(L d1))`` (so a sensitive
+    input against a non-sensitive one gives at most ``t T/(d1 d2) <= L``) and ``keep_n = T - d2``.  All
+    the likelihood ratios of the definition are then checked exactly.  Raises ``ValueError`` when a cell
+    would be below 2^-64 (see :func:`urap_max_epsilon`) or eps is too small to separate them.
+    """
+    try:
+        return _urap_cells(eps, theta)
+    except _Unrepresentable as exc:
+        raise ValueError(f"{exc}; the largest epsilon for this theta is {urap_max_epsilon(theta)} "
+                         "(docs/mechanisms.md)") from None
+
+
+class _Unrepresentable(ValueError):
+    pass
+
+
+def _theta_cell(eps, theta) -> int:
+    if theta is not None:
+        return int(_check_theta(theta) * float(TWO_64))  # exact: scaling a double by 2^64
+    z = exp_upper(-as_fraction(eps) / 2, 40)             # > e^(-eps/2): theta = 1/(1 + z) rounded down
+    return (TWO_64 * z.denominator) // (z.denominator + z.numerator)
+
+
+def _urap_cells(eps, theta) -> URAPCells:
+    eps_f = check_eps(eps, positive=True)
+    T = TWO_64
+    t = _theta_cell(eps, theta)
+    if not 1 <= t <= T - 1:
+        raise _Unrepresentable(f"eps = {eps_f:g}: theta or 1 - theta would be below 2^-64")
+    L = exp_lower(eps)
+    d1_ideal = Fraction(t * T) / (t + L * (T - t))
+    if d1_ideal < 1:
+        raise _Unrepresentable(f"eps = {eps_f:g} is above what uRAP can sample honestly: d1 would be below 2^-64")
+    d1 = ceil_frac(d1_ideal)
+    d2 = ceil_frac(Fraction(t * T) / (L * d1))
+    keep_n = T - d2
+    ratios_ok = (
+        d1 <= t and 1 <= keep_n and d2 >= 1
+        and t * (T - d1) <= L * d1 * (T - t)            # own sensitive bit set, another's clear
+        and t * T <= L * d1 * d2                         # sensitive input vs non-sensitive: own bit set
+        and (T - t) * T <= L * (T - d1) * d2             # ... own bit clear
+        and d1 * d2 <= L * t * T and (T - d1) * d2 <= L * (T - t) * T   # and the reverse directions
+    )
+    if not ratios_ok:
+        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by uRAP with 64-bit thresholds "
+                               "(too small to separate the cells, or too large)")
+    return URAPCells(t, d1, keep_n)
+
+
+def urap_max_epsilon(theta=None) -> Decimal:
+    """The largest epsilon (6 decimals) :func:`urap_cells` samples honestly: every cell at least 2^-64.
+    For the default theta this is about ``2 ln(2^64 - 1)`` = 88.72 (``1 - theta`` and ``d1`` are about
+    ``e^(-eps/2)``); for a given ``theta`` (integer ``t``), ``d1 >= 2^-64`` gives about
+    ``eps <= ln(t (2^64 - 1)/(2^64 - t))``."""
+    if theta is None:
+        guess = (2 * ln_floor_places(TWO_64 - 1, 8)).quantize(Decimal("0.000001"), rounding=ROUND_FLOOR)
+    else:
+        t = _theta_cell(None, theta)
+        if not 1 <= t <= TWO_64 - 1:
+            raise ValueError(f"theta = {theta!r} cannot be represented with 64-bit thresholds")
+        guess = ln_floor_places(Fraction(t * (TWO_64 - 1), TWO_64 - t))
+    return largest_honest(lambda e: _urap_cells(e, theta), guess)
 
 
 def urap_perturb(values, k, sensitive, eps, rng=None, theta=None) -> np.ndarray:
@@ -262,15 +417,17 @@ def urap_perturb(values, k, sensitive, eps, rng=None, theta=None) -> np.ndarray:
 
     Sensitive bit ``j``: set w.p. ``theta`` if ``j`` is the input, else ``d1``.  Non-sensitive bits:
     the input's own bit (non-sensitive input only) is set w.p. ``1 - d2``; all others stay 0.
-    ``s + 1`` uniform words per value, compared with the integer thresholds ``floor(p 2^64)``.
+    ``s + 1`` uniform words per value, each compared with its integer cell of :func:`urap_cells`.
     """
     k = check_m(k)
-    eps = check_eps(eps, positive=True)
+    check_eps(eps, positive=True)
     idx, mask = _check_sensitive(sensitive, k)
-    theta, d1, _, keep_n, _ = _urap_terms(eps, theta)
+    if theta is not None:
+        _check_theta(theta)
     x = check_values(values, k)
+    cells = urap_cells(eps, theta)
     s, n = idx.size, x.size
-    t_theta, t_d1, t_n = (_bernoulli_threshold(p) for p in (theta, d1, keep_n))
+    t_theta, t_d1, t_n = (np.uint64(c) for c in (cells.theta, cells.d1, cells.keep_n))
     pos = np.full(k, -1, dtype=np.int64)
     pos[idx] = np.arange(s)
     out = np.zeros((n, k), dtype=bool)
@@ -281,13 +438,13 @@ def urap_perturb(values, k, sensitive, eps, rng=None, theta=None) -> np.ndarray:
         stop = min(start + block, n)
         xb = x[start:stop]
         u = words(rng, (stop - start) * (s + 1)).reshape(stop - start, s + 1)
-        bits_s = _below(u[:, :s], t_d1)
+        bits_s = u[:, :s] < t_d1
         own = pos[xb]
         rows = np.flatnonzero(own >= 0)
-        bits_s[rows, own[rows]] = _below(u[rows, own[rows]], t_theta)
+        bits_s[rows, own[rows]] = u[rows, own[rows]] < t_theta
         out[start:stop, cols] = bits_s
         rows_n = np.flatnonzero(own < 0)
-        out[start + rows_n, xb[rows_n]] = _below(u[rows_n, s], t_n)
+        out[start + rows_n, xb[rows_n]] = u[rows_n, s] < t_n
     return out
 
 

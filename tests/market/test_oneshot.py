@@ -24,7 +24,7 @@ from market.models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Va
 from market.pricing import PricePolicy
 from market.purchases import IdempotencyConflict, InsufficientCredit, purchase_claim, purchase_execute
 from market.services import chains_extend, value_delete_raw, value_set_pum_tag, values_create_many
-from mechanisms import rr3, surveys
+from mechanisms import exactness_oneshot, rr3, surveys
 from tests.factories import (BinaryAttributeFactory, DatasetFactory, DistributionAttributeFactory,
                              GraphAttributeFactory, OwnerFactory, TernaryAttributeFactory, UrapAttributeFactory,
                              UrrAttributeFactory, make_owners)
@@ -224,7 +224,7 @@ def _outputs(purchase):
 
 @pytest.mark.parametrize("eps1, eps2, exact", [("1", "1", "1.379886"), ("1", "2", "2.000000"),
                                                ("0.5", "0.25", None), ("3", "0.1", None), ("0.01", "5", None),
-                                               ("15", "15", None)])
+                                               ("15", "15", None), ("30", "29.5", None)])  # 30: the limit
 def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exact):
     """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places (spec rr3.md: (1, 1) is
     1.37988549..., so 1.379886; (1, 2) is 2.0, not the paper's 1.5662)."""
@@ -233,9 +233,11 @@ def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exa
     b = oneshot.parse_spec(graph, eps1=eps1, eps2=eps2)
     assert a.charged == b.charged and a.purchase_epsilon == a.charged and a.epsilon is None
     level = rr3.lpp_epsilon(float(eps1), float(eps2))
-    if float(eps1) < 300:
+    if float(eps1) < 30:  # the float matrix saturates beyond
         keep = lambda e: 1 / (1 + math.exp(-float(e)))  # noqa: E731
         assert abs(rr3.ldp_epsilon(rr3.rr3_ddagger(keep(eps1), keep(eps2))) - level) < 1e-9
+    # what is sampled (the exact integer cells) realises at most the charge, exactly
+    assert exactness_oneshot.level_at_most(exactness_oneshot.lpp_level(D(eps1), D(eps2)), a.charged)
     assert float(a.charged) >= level - 1e-12 and float(a.charged) - level < 1e-6 + 1e-12
     assert a.charged < D(eps1) + D(eps2)
     if exact:
@@ -464,6 +466,28 @@ def test_surveys_need_a_binary_attribute_and_oneshot_parameters_fit_their_mechan
             oneshot.parse_spec(attribute, **request_)
         assert exc.value.field == field, (attribute.mechanism, request_, exc.value)
     assert oneshot.parse_spec(BinaryAttributeFactory(), epsilon="1") is None  # a chain purchase
+
+
+@pytest.mark.parametrize("factory, request_, field, limit", [
+    (UrrAttributeFactory, {"epsilon": "44.4"}, "epsilon", "44.361419"),
+    (UrapAttributeFactory, {"epsilon": "88.1"}, "epsilon", "88.029691"),
+    (TernaryAttributeFactory, {"epsilon": "45"}, "epsilon", "44.361419"),
+    (TernaryAttributeFactory, {"family": "rr3_ddagger", "eps1": "44", "eps2": "1"}, "eps1", "43.668272"),
+    (GraphAttributeFactory, {"eps1": "1", "eps2": "50"}, "eps2", "43.668272"),
+    (DistributionAttributeFactory, {"epsilon": "60"}, "epsilon", "44.36"),
+    (BinaryAttributeFactory, {"mechanism": "warner", "epsilon": "45"}, "epsilon", "44.361419"),
+    (BinaryAttributeFactory, {"mechanism": "simmons", "epsilon": "45", "pi_b": "0.5"}, "epsilon", "44.361419"),
+    (BinaryAttributeFactory, {"mechanism": "christofides", "epsilon": "44", "p2": "0.5"}, "epsilon", "43.668272"),
+])
+def test_an_epsilon_the_sampler_cannot_honour_is_refused_naming_the_limit(factory, request_, field, limit):
+    """Cells below 2^-64 cannot be sampled honestly (docs/mechanisms.md): the request is a 400 naming the largest
+    epsilon, where before the sampler silently released a different (noisier or deterministic) mechanism."""
+    with pytest.raises(oneshot.ParameterError, match=limit) as exc:
+        oneshot.parse_spec(factory(), **request_)
+    assert exc.value.field == field
+    below = {k: ("1" if k != field and k in ("eps1", "eps2") else v) for k, v in request_.items()}
+    below[field] = "40"
+    assert oneshot.parse_spec(factory(), **below) is not None
 
 
 def test_guarantee_labels_are_part_of_the_hashed_ledger_row():

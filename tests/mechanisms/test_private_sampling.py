@@ -309,8 +309,10 @@ def test_single_sample_is_an_int_and_batches_are_arrays():
     rng = np.random.default_rng(0)
     one = sample([0.2, 0.8], [0.5, 0.5], 1.0, rng)
     assert isinstance(one, int) and one in (0, 1)
-    many = sample(np.array([[1.0, 0.0], [0.0, 1.0]]), [0.3, 0.7], 50.0, rng)
-    assert many.tolist() == [0, 1]                        # eps = 50: K is the identity up to e^-50
+    many = sample(np.array([[1.0, 0.0], [0.0, 1.0]]), [0.3, 0.7], 40.0, rng)
+    assert many.tolist() == [0, 1]                        # eps = 40: K is the identity up to e^-40
+    with pytest.raises(ValueError, match="largest epsilon for this prior is 44.36"):   # cells below 2^-64
+        sample(np.array([[1.0, 0.0], [0.0, 1.0]]), [0.3, 0.7], 50.0, rng)
     assert isinstance(sample([0.2, 0.8], [0.5, 0.5], 1.0), int)   # the secure default
 
 

@@ -712,15 +712,21 @@ def test_seeded_runs_are_reproducible_and_the_default_is_secure():
 
 
 def test_large_epsilon_is_finite_and_exact():
+    """The formulas stay finite up to eps = 700; the samplers refuse, naming the limit, an eps whose cells
+    would need a probability below 2^-64 (uRR above 44.361419, uRAP above 88.029691: docs/mechanisms.md)."""
     k, S = 5, [0, 2]
+    x = np.arange(k).repeat(50)
     for eps in (50.0, 700.0):
         Q = uldp.urr_matrix(k, S, eps)
         assert np.all(np.isfinite(Q)) and uldp.check_uldp(Q, S) == pytest.approx(eps, rel=1e-9)
-        x = np.arange(k).repeat(50)
-        assert (uldp.urr_perturb(x, k, S, eps, rng(1)) == x).all()
-        bits = uldp.urap_perturb(x, k, S, eps, rng(1))
-        assert np.all(np.isfinite(uldp.urap_estimate(bits, S, eps)))
+        with pytest.raises(ValueError, match="largest epsilon is 44.361419"):
+            uldp.urr_perturb(x, k, S, eps, rng(1))
         assert np.isfinite(uldp.expected_l2(np.full(k, 0.2), S, eps, 10, "urap"))
+    assert (uldp.urr_perturb(x, k, S, 44.0, rng(1)) == x).all()   # moves with probability ~ 2^-63.5
+    bits = uldp.urap_perturb(x, k, S, 50.0, rng(1))
+    assert np.all(np.isfinite(uldp.urap_estimate(bits, S, 50.0)))
+    with pytest.raises(ValueError, match="largest epsilon for this theta is 88.029691"):
+        uldp.urap_perturb(x, k, S, 700.0, rng(1))
 
 
 # ---------------------------------------------------------------------------------------------
