@@ -7,7 +7,7 @@ integers with Python integers and fractions, never floats.  See ``docs/mechanism
 
 **Marginals.**  k-RR at eps over m values is realised with cells of ``2^-64``: each other value gets
 ``R = ceil(2^64 / (E_lo + m - 1))`` and the true value ``K = 2^64 - (m - 1) R``, where ``E_lo <= e^eps``
-is a rational lower bound (40-digit decimal exp, one unit of the last place below).  Rounding the small
+is a rational lower bound (``mechanisms._exact.exp_lower``, 60 digits).  Rounding the small
 cells up makes the realised ratio ``K / R <= e^eps`` strictly: k-RR never realises more than its eps.
 At eps = 0 the law is exactly uniform (``K = R``, drawn by rejection).
 
@@ -43,17 +43,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Context, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
+from ._exact import exp_lower, ln_upper, ratio_at_most
 from ._validation import check_eps, check_m
 
 #: Resolution of every marginal: cells are integer multiples of 2^-64.
 TOTAL = 1 << 64
 #: Largest epsilon the samplers honour (module docstring, "Limit").
 SAMPLER_EPS_MAX = 30
-#: Digits of the decimal arithmetic used for exponentials and logarithms.
+#: Significant digits of the lower bound of e^eps that k-RR cells are built from.
 _DIGITS = 60
 
 
@@ -74,22 +75,6 @@ def exact_epsilon(eps) -> Decimal:
     return min(Decimal(f), Decimal(repr(f)))
 
 
-def exp_lower(eps: Decimal) -> Fraction:
-    """A rational ``<= e^eps`` (60 correctly rounded digits, minus one unit of the last place)."""
-    ctx = Context(prec=_DIGITS)
-    return Fraction(ctx.next_minus(ctx.exp(eps)))
-
-
-def ln_bounds(ratio: Fraction) -> tuple[Decimal, Decimal]:
-    """Decimals ``lo <= ln(ratio) <= hi`` (each logarithm correctly rounded to 60 digits, widened by 4 ulps)."""
-    ctx = Context(prec=_DIGITS)
-    value = ctx.subtract(ctx.ln(Decimal(ratio.numerator)), ctx.ln(Decimal(ratio.denominator)))
-    lo, hi = value, value
-    for _ in range(4):
-        lo, hi = ctx.next_minus(lo), ctx.next_plus(hi)
-    return lo, hi
-
-
 @dataclass(frozen=True)
 class Level:
     """A realised privacy level: ``ratio`` is the exact largest likelihood ratio, ``epsilon`` its logarithm."""
@@ -99,34 +84,15 @@ class Level:
     @property
     def epsilon(self) -> Decimal:
         """``ln(ratio)`` rounded up to 40 digits (an upper bound)."""
-        if self.ratio <= 1:
-            return Decimal(0)
-        hi = ln_bounds(self.ratio)[1]
-        return Context(prec=_DIGITS, rounding=ROUND_CEILING).quantize(hi, Decimal(1).scaleb(-40))
+        return ln_upper(self.ratio) if self.ratio > 1 else Decimal(0)
 
     def at_most(self, charged) -> bool:
         """Exactly whether ``ln(ratio) <= charged`` (``charged`` a decimal epsilon)."""
-        charged = exact_epsilon(charged)
-        if self.ratio <= 1:
-            return charged >= 0
-        lo, hi = ln_bounds(self.ratio)
-        if hi <= charged:
-            return True
-        if lo > charged:
-            return False
-        # ln(ratio) within 4 ulps of charged: compare ratio with e^charged bracketed ever more tightly.
-        for digits in (120, 240, 480):
-            ctx = Context(prec=digits)
-            e = ctx.exp(charged)
-            if self.ratio < Fraction(ctx.next_minus(e)):
-                return True
-            if self.ratio > Fraction(ctx.next_plus(e)):
-                return False
-        raise ArithmeticError(f"cannot decide whether ln({self.ratio}) <= {charged}")  # pragma: no cover
+        return ratio_at_most(self.ratio, exact_epsilon(charged))
 
     def at_least(self, eps) -> bool:
-        """Whether ``ln(ratio) >= eps`` (to 60 digits; used to check an epsilon is honoured)."""
-        return ln_bounds(self.ratio)[1] >= exact_epsilon(eps) if self.ratio > 1 else exact_epsilon(eps) <= 0
+        """Whether ``ln(ratio) >= eps`` (to 40 digits; used to check an epsilon is honoured)."""
+        return self.epsilon >= exact_epsilon(eps)
 
 
 def check_sampler_eps(eps, name: str = "eps") -> float:
@@ -153,7 +119,7 @@ class Marginal:
 def _krr_cells(eps: Decimal, m: int) -> Marginal:
     if eps == 0:
         return Marginal(keep=1, flip=1, total=m)
-    e_lo = exp_lower(eps)
+    e_lo = exp_lower(eps, _DIGITS)
     x = Fraction(TOTAL) / (e_lo + (m - 1))
     flip = -((-x.numerator) // x.denominator)  # ceil: the small cells round up
     return Marginal(keep=TOTAL - (m - 1) * flip, flip=flip, total=TOTAL)
