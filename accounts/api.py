@@ -15,6 +15,7 @@ from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 
 from ldpmarket.api import AnonThrottle, DecimalJSONParser, Problem
+from ldpmarket.problems import problem_type
 from market.api.serializers import ProblemSerializer
 
 from .lockout import PROBLEM_SLUG, PROBLEM_TITLE, is_locked_out, locked_message, seconds_left
@@ -30,11 +31,20 @@ class TokenSerializer(serializers.Serializer):
 
 
 class SignInLocked(Problem):
-    status_code = 429
+    """Too many failed sign-ins for this account from this address, or from this address (docs/security.md)."""
 
-    def __init__(self, request, credentials=None):
-        super().__init__(locked_message(), slug=PROBLEM_SLUG, title=PROBLEM_TITLE)
-        self.wait = seconds_left(request, credentials)
+    status = 429
+    slug = PROBLEM_SLUG
+    title = PROBLEM_TITLE
+
+    def __init__(self, detail=None, *, retry_after: int | None = None):
+        super().__init__(detail or locked_message())
+        self.retry_after = retry_after
+
+    @classmethod
+    def now(cls, request, credentials=None) -> "SignInLocked":
+        """The lockout of this request, with the seconds until it ends as ``Retry-After``."""
+        return cls(retry_after=max(1, round(seconds_left(request, credentials))))
 
 
 class ObtainTokenView(LoginView):
@@ -50,13 +60,13 @@ class ObtainTokenView(LoginView):
         responses={200: TokenSerializer,
                    (400, PROBLEM): OpenApiResponse(ProblemSerializer, description="Wrong username or password."),
                    (429, PROBLEM): OpenApiResponse(ProblemSerializer, description=(
-                       "Too many attempts: too many failed sign-ins (problem type sign-in-locked) or requests "
-                       "from this address; Retry-After says when to try again."))})
+                       "Too many attempts: too many failed sign-ins or requests from this address; Retry-After "
+                       f"says when to try again. Problem types: `{problem_type(PROBLEM_SLUG)}` ({PROBLEM_TITLE})."))})
     def post(self, request, format=None):
         serializer = AuthTokenSerializer(data=request.data, context={"request": request})
         if not serializer.is_valid():
             if is_locked_out(request):
-                raise SignInLocked(request)
+                raise SignInLocked.now(request)
             raise exceptions.ValidationError(serializer.errors)
         request.user = serializer.validated_data["user"]
         return super().post(request, format=format)

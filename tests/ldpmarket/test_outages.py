@@ -15,14 +15,12 @@ import runpy
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from decimal import Decimal
 
 import pytest
 from django.core.cache import cache
 from django.test import Client
 
-import ldpmarket.settings
 from accounts.models import MoneyEntry
 from ldpmarket.celery import app
 from market.models import Purchase
@@ -41,7 +39,7 @@ def redis_server(tmp_path, settings, monkeypatch):
     monkeypatch.setenv("LDP_CACHE_RETRY_SECONDS", "0.5")  # try Redis again half a second after an error
     for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CELERY_TASK_ALWAYS_EAGER"):
         monkeypatch.delenv(name, raising=False)
-    production = runpy.run_path(str(Path(ldpmarket.settings.__file__)))
+    production = runpy.run_module("ldpmarket.settings")  # a fresh run of the settings module, as a deployment loads it
     settings.CACHES = production["CACHES"]
     assert not production["CELERY_TASK_ALWAYS_EAGER"]
     monkeypatch.setitem(app.conf, "broker_url", production["CELERY_BROKER_URL"])
