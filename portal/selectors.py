@@ -220,8 +220,19 @@ class ValueRow:
 
     @property
     def split(self) -> bool:
-        """Whether the loss is shown as chain and one-shot parts (one-shot values, or any one-shot spending)."""
-        return self.is_oneshot or self.budget.oneshot_loss > 0
+        """Whether the loss is shown as chain and one-shot parts: a chain value with one-shot spending (surveys).
+        A one-shot value has no chain, so no parts."""
+        return not self.is_oneshot and self.budget.oneshot_loss > 0
+
+    @property
+    def for_sale(self) -> bool:
+        """Whether the value can still be sold at all: a one-shot value needs its raw value for every release."""
+        return not (self.is_oneshot and self.raw_deleted)
+
+    @property
+    def question(self) -> str:
+        """The attribute's question in plain words (its description), as the owner answered it."""
+        return (self.value.attribute.description or "").strip()
 
     def _share(self, amount: Decimal) -> int:
         if self.budget.ceiling <= 0:
@@ -349,6 +360,18 @@ class Release:
     mechanism: str = Purchase.Mechanism.GRADUAL_RR
     guarantee: str = ""
     parameters: dict = field(default_factory=dict)
+    #: What the release added to the value's loss: its ε for a one-shot release; for a chain release only the part
+    #: above the chain's loss before it (0 for a re-sale at or below it: "no charge").
+    charged: Decimal | None = None
+
+    @property
+    def no_charge(self) -> bool:
+        return not self.one_shot and self.charged is not None and self.charged <= 0
+
+    @property
+    def partly_charged(self) -> bool:
+        """A chain release that raised the chain's loss by less than its ε (the rest was already spent)."""
+        return not self.one_shot and self.charged is not None and 0 < self.charged < self.epsilon
 
     @property
     def is_survey(self) -> bool:
@@ -391,7 +414,7 @@ def _release_rows(owner: User, value_id: int | None = None):
     return qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name",
         "purchase__buyer__organisation", "epsilon", "chain_loss_after", "oneshot_loss_after", "purchase_id", "kind",
-        "guarantee", "purchase__mechanism", "purchase__parameters")
+        "guarantee", "purchase__mechanism", "purchase__parameters", "chain_loss_before", "oneshot_loss_before")
 
 
 def _with_earnings(owner: User, rows) -> list[Release]:
@@ -405,8 +428,10 @@ def _with_earnings(owner: User, rows) -> list[Release]:
     return [Release(at=at, value_id=v, dataset=ds, attribute=attr, organisation=org or NO_ORGANISATION,
                     epsilon=eps, loss_after=chain + oneshot, earned=earned.get(p, ZERO_MONEY), purchase_id=p,
                     one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE, guarantee=guarantee or "",
-                    mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {})
-            for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params in rows]
+                    mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {},
+                    charged=(chain + oneshot) - (chain_before + oneshot_before))
+            for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params, chain_before,
+            oneshot_before in rows]
 
 
 def releases(owner: User, *, value_id: int | None = None, limit: int | None = None) -> list[Release]:

@@ -392,9 +392,10 @@ def test_every_one_shot_release_is_listed_with_mechanism_charged_epsilon_and_gua
         assert mechanism_words in page and guarantee in page, url
         assert f"{charged} (one-shot)" in page and "Institute of Careful Statistics" in page
     html = owner_client.get(f"/portal/values/{value.id}/").content.decode()
-    assert re.search(rf'<meter id="oneshot-loss-{value.id}" class="part oneshot" min="0" max="5" value="{charged}"',
-                     html)
-    assert "ε 0: this value has no chain" in text(owner_client.get(f"/portal/values/{value.id}/"))
+    assert re.search(rf'<meter id="loss-{value.id}" min="0" max="5" value="{charged}"', html)
+    # a one-shot value has no chain: no chain and one-shot bars, no chain line in the chart nor in its legend
+    assert "chain-loss-" not in html and "oneshot-loss-" not in html and "loss-split" not in html
+    assert 'class="chain-loss"' not in html and "Chain part" not in html
     # a second sale adds its epsilon again (one-shot)
     oneshot_purchase(buyer, attribute, seed=1, **request_body)
     assert BudgetAccount.objects.get(value=value).oneshot_loss == 2 * p.charged_epsilon
