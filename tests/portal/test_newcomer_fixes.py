@@ -164,3 +164,27 @@ def test_owner_pages_show_the_question_in_plain_words(owner_client, owner, attri
     value = contribute_one(owner, attribute, "green")
     for url in ("/portal/", f"/portal/values/{value.id}/"):
         assert "The question: What is your favourite colour?" in text(owner_client.get(url)), url
+
+
+#: Words from the papers an owner should not have to know (the abbreviations appear only after plain words).
+JARGON = ("ULDP", "ε-LDP", "RAPPOR", "utility-optimized", "‡", "EWRR3", "PUM", "three-state", "edge report",
+          "bit vector")
+
+
+def test_owner_pages_explain_mechanisms_in_plain_words(owner_client, owner, buyer):
+    values = []
+    for kind, raw, body in [("urr", "office", {"epsilon": "0.8"}), ("urap", "clinic", {"epsilon": "0.6"}),
+                            ("ternary", "never", {"eps1": "1", "eps2": "1"}), ("graph", {"Alpha": 0.5},
+                                                                               {"eps1": "1", "eps2": "2"}),
+                            ("distribution", {"walk": 1.0}, {"epsilon": "0.7"})]:
+        attribute = oneshot_attribute(kind)
+        values.append(contribute_one(owner, attribute, raw if isinstance(raw, str) else __import__("json").dumps(raw),
+                                     ceiling="5"))
+        oneshot_purchase(buyer, attribute, **body)
+    urls = ["/portal/", "/portal/releases/", "/portal/contribute/"] + [f"/portal/values/{v.id}/" for v in values]
+    for url in urls:
+        page = text(owner_client.get(url))
+        for word in JARGON:
+            assert word not in page, (url, word)
+    page = text(owner_client.get(f"/portal/values/{values[0].id}/"))
+    assert "Randomized answer that always protects sensitive answers (uRR)" in page
