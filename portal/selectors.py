@@ -327,6 +327,13 @@ def owns_value(owner: User, value_id: int) -> bool:
     return Value.objects.filter(id=value_id, owner=owner).exists()
 
 
+def owner_value_for_sale(owner: User, value_id: int) -> bool:
+    """Whether the owner's value can still be sold (``ValueRow.for_sale``): not a one-shot value without its raw
+    value."""
+    return not (Value.objects.filter(owner=owner, id=value_id, raw_deleted_at__isnull=False)
+                .exclude(attribute__mechanism=Attribute.Mechanism.GRADUAL_RR).exists())  # Attribute.is_oneshot
+
+
 def owner_value(owner: User, value_id: int) -> Value:
     """The owner's value ``value_id`` (with attribute, dataset, budget and chain), or ``Http404``."""
     value = _values(owner).filter(id=value_id).first()

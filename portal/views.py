@@ -62,6 +62,24 @@ def owned_value(view):
     return wrapped
 
 
+NOT_FOR_SALE = ("Your raw value was deleted, so this value cannot be sold again: its ceiling, schedule and sales "
+                "no longer apply.")
+
+
+def for_sale_only(view):
+    """Inside ``owned_value``: the budget actions of a value that can no longer be sold (a one-shot value whose
+    raw value was deleted) go back to the value's page, saying why, and change nothing."""
+
+    @wraps(view)
+    def wrapped(request, value_id: int, *args, **kwargs):
+        if not selectors.owner_value_for_sale(request.user, value_id):
+            messages.info(request, NOT_FOR_SALE)
+            return redirect("portal:value", value_id=value_id)
+        return view(request, value_id, *args, **kwargs)
+
+    return wrapped
+
+
 def plain(message) -> str:
     """A service's message with its exact decimals written plainly (``0.500000`` -> ``0.5``)."""
     return re.sub(r"\d+\.\d+", lambda m: f"{Decimal(m.group()).normalize():f}", str(message))
@@ -201,6 +219,7 @@ def contribute(request, attribute_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_http_methods(["GET", "POST"])
 def ceiling(request, value_id: int):
     row = selectors.owner_value_row(request.user, value_id)
@@ -249,6 +268,7 @@ def _schedule_initial(b, now) -> dict:
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_http_methods(["GET", "POST"])
 def schedule(request, value_id: int):
     row = selectors.owner_value_row(request.user, value_id)
@@ -277,6 +297,7 @@ def schedule(request, value_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_POST
 def pause(request, value_id: int):
     value = selectors.owner_value(request.user, value_id)
@@ -287,6 +308,7 @@ def pause(request, value_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_POST
 def resume(request, value_id: int):
     value = selectors.owner_value(request.user, value_id)

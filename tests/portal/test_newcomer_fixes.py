@@ -188,3 +188,21 @@ def test_owner_pages_explain_mechanisms_in_plain_words(owner_client, owner, buye
             assert word not in page, (url, word)
     page = text(owner_client.get(f"/portal/values/{values[0].id}/"))
     assert "Randomized answer that always protects sensitive answers (uRR)" in page
+
+
+def test_the_budget_actions_of_a_value_no_longer_sold_change_nothing(owner_client, owner):
+    from accounts.models import BudgetAccount
+    from market.services import value_delete_raw
+
+    value = contribute_one(owner, oneshot_attribute("urr"), "office", ceiling="2")
+    value_delete_raw(value_id=value.id)
+    entries = LedgerEntry.objects.filter(value=value).count()
+    for path, data in [("ceiling/", {"ceiling": "3"}), ("schedule/", {"start": "2", "cap": "3", "duration": "1",
+                                                                       "unit": "days", "shape": "linear",
+                                                                       "action": "save"}),
+                       ("pause/", {}), ("resume/", {})]:
+        response = owner_client.post(f"/portal/values/{value.id}/{path}", data, follow=True)
+        assert response.redirect_chain[-1][0] == f"/portal/values/{value.id}/", path
+        assert "cannot be sold again" in text(response), path
+    assert LedgerEntry.objects.filter(value=value).count() == entries
+    assert BudgetAccount.objects.get(value=value).ceiling == 2
