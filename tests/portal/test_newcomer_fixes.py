@@ -164,6 +164,11 @@ def test_owner_pages_show_the_question_in_plain_words(owner_client, owner, attri
     value = contribute_one(owner, attribute, "green")
     for url in ("/portal/", f"/portal/values/{value.id}/"):
         assert "The question: What is your favourite colour?" in text(owner_client.get(url)), url
+    assert "favourite colour What is your favourite colour?" in text(owner_client.get("/portal/contribute/"))
+    other = type(attribute).objects.create(dataset=attribute.dataset, name="shoe size", kind="numeric", low=30,
+                                          high=50, description="What is your shoe size (EU)?")
+    page = text(owner_client.get(f"/portal/contribute/{other.id}/"))
+    assert "The question: What is your shoe size (EU)?" in page
 
 
 #: Words from the papers an owner should not have to know (the abbreviations appear only after plain words).
