@@ -82,7 +82,8 @@ ONESHOT_COST = ("One-shot: there is no chain. Every sale is a fresh randomizatio
 CHAIN_COST = ("Chain: only the highest ε counts. A sale at or below the highest ε already sold adds nothing to "
               "what this value has spent.")
 SURVEY_NOTE = ("Buyers may also commission yes/no surveys over this question (by the methods of Warner, Simmons, "
-               "Christofides or the improved Christofides method). Your answer is randomized inside the service, only the aggregate estimate "
+               "Christofides or the improved Christofides method). Your answer is randomized inside the service, "
+               "only the aggregate estimate "
                "is sold, and each survey adds its ε to your one-shot spending. An improved Christofides survey "
                "protects each answer with ε only if respondents cannot see each other's cards or answers "
                "(non-collusion).")

@@ -3,6 +3,7 @@ ceiling where the loss reaches it, a one-shot value whose raw value was deleted,
 parts, the schedule form and its preview, "no charge" re-sales, money with its currency, the question in words."""
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from decimal import Decimal as D
@@ -183,8 +184,7 @@ def test_owner_pages_explain_mechanisms_in_plain_words(owner_client, owner, buye
                                                                                {"eps1": "1", "eps2": "2"}),
                             ("distribution", {"walk": 1.0}, {"epsilon": "0.7"})]:
         attribute = oneshot_attribute(kind)
-        values.append(contribute_one(owner, attribute, raw if isinstance(raw, str) else __import__("json").dumps(raw),
-                                     ceiling="5"))
+        values.append(contribute_one(owner, attribute, raw if isinstance(raw, str) else json.dumps(raw), ceiling="5"))
         oneshot_purchase(buyer, attribute, **body)
     urls = ["/portal/", "/portal/releases/", "/portal/contribute/"] + [f"/portal/values/{v.id}/" for v in values]
     for url in urls:
