@@ -36,6 +36,9 @@ from . import roles
 from .roles import can_audit, sync_staff_flag
 
 admin.site.site_header = "ldpmarket console"
+# The app list stays on the index and in the breadcrumbs: beside a change list's filters the navigation sidebar
+# left too little room for the columns at 1280 px.
+admin.site.enable_nav_sidebar = False
 admin.site.site_title = "ldpmarket console"
 admin.site.index_title = "Audit and administration"
 admin.site.index_template = "admin/ldp/index.html"
@@ -123,11 +126,23 @@ def admin_link(model: str, pk, text=None):
 
 
 def usage_bar(loss, ceiling):
+    """Loss against ceiling as a <meter> (styled in ldp/admin.css: no style attribute, for the CSP)."""
     share = float(loss / ceiling) if ceiling else (1.0 if loss else 0.0)
     pct = max(0, min(100, round(share * 100)))
-    colour = "#ba2121" if pct >= 100 else "#e0a000" if pct >= 80 else "#417690"
-    return format_html('<div title="{}%" style="width:100px;height:8px;background:#e8e8e8;display:inline-block">'
-                       '<div style="width:{}%;height:8px;background:{}"></div></div> {}%', pct, pct, colour, pct)
+    return format_html('<meter class="ldp-usage" min="0" max="100" low="80" high="99" optimum="0" value="{}" '
+                       'title="{}%">{}%</meter> {}%', pct, pct, pct, pct)
+
+
+def plain_epsilon(eps) -> str:
+    """``Decimal("1.500000")`` -> ``"1.5"`` (list columns stay narrow)."""
+    return "-" if eps is None else ("0" if eps == 0 else f"{eps.normalize():f}")
+
+
+def money_text(amount) -> str:
+    """An amount with its currency, for the admin's lists and pages (``ldpmarket.money``)."""
+    from ldpmarket.money import format_money
+
+    return format_money(amount)
 
 
 # =============================================================================================
@@ -142,7 +157,9 @@ class UserAdmin(AuditMixin, DjangoUserAdmin):
     search_fields = ("username", "email", "organisation")
     fieldsets = DjangoUserAdmin.fieldsets[:1] + (
         ("Role", {"fields": ("role", "organisation"),
-                  "description": "Auditors and staff enter this console (is_staff follows the role)."}),
+                  "description": "The role decides what the account may do (see the help under the field). "
+                                 "Auditors and staff enter this console: “staff status” follows the role and is "
+                                 "not set by hand."}),
     ) + DjangoUserAdmin.fieldsets[1:]
     add_fieldsets = DjangoUserAdmin.add_fieldsets + (("Role", {"fields": ("role", "organisation")}),)
 
@@ -185,8 +202,7 @@ class UsageFilter(admin.SimpleListFilter):
 
 @admin.register(BudgetAccount)
 class BudgetAccountAdmin(ReadOnlyAdmin):
-    list_display = ("value_link", "owner", "attribute", "loss", "ceiling", "usage", "chain_loss", "oneshot_loss",
-                    "paused", "policy")
+    list_display = ("value_link", "owner", "attribute", "loss", "ceiling", "usage", "paused", "policy")
     list_filter = ("paused", "schedule_shape", UsageFilter, ("value__attribute", admin.RelatedFieldListFilter))
     search_ids = ("value_id",)
     search_users = ("value__owner",)
@@ -256,8 +272,8 @@ class AttributeListFilter(admin.SimpleListFilter):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon", "guarantee",
-                    "chain_change", "oneshot_change", "ceiling", "block_link")
+    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon_text", "loss_change",
+                    "ceiling_text")
     list_filter = ("kind", "guarantee", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
     search_ids = ("value_id", "purchase_id", "block_id")
     search_users = ("value__owner", "purchase__buyer")
@@ -281,6 +297,20 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     @admin.display(description="block", ordering="block_id")
     def block_link(self, obj):
         return admin_link("accounts_ledgerblock", obj.block_id)
+
+    @admin.display(description="epsilon", ordering="epsilon")
+    def epsilon_text(self, obj):
+        return plain_epsilon(obj.epsilon)
+
+    @admin.display(description="ceiling", ordering="ceiling")
+    def ceiling_text(self, obj):
+        return plain_epsilon(obj.ceiling)
+
+    @admin.display(description="loss (chain + one-shot)")
+    def loss_change(self, obj):
+        before = obj.chain_loss_before + obj.oneshot_loss_before
+        after = obj.chain_loss_after + obj.oneshot_loss_after
+        return plain_epsilon(after) if before == after else f"{plain_epsilon(before)} → {plain_epsilon(after)}"
 
     @admin.display(description="chain loss")
     def chain_change(self, obj):
@@ -399,15 +429,19 @@ class LedgerHeadAdmin(ReadOnlyAdmin):
 
 @admin.register(MoneyAccount)
 class MoneyAccountAdmin(ReadOnlyAdmin):
-    list_display = ("id", "owner_of_account", "kind", "balance")
+    list_display = ("id", "owner_of_account", "kind", "balance_text")
     list_filter = ("kind",)
     list_select_related = ("user",)
     search_ids = ("id", "user_id")
     search_users = ("user",)
     search_help_text = "An account or user id, or a username."
     ordering = ("id",)
-    fields = ("id", "owner_of_account", "kind", "balance", "entries")
-    readonly_fields = ("id", "owner_of_account", "entries")
+    fields = ("id", "owner_of_account", "kind", "balance_text", "entries")
+    readonly_fields = ("id", "owner_of_account", "balance_text", "entries")
+
+    @admin.display(description="balance", ordering="balance")
+    def balance_text(self, obj):
+        return money_text(obj.balance)
 
     @admin.display(description="user", ordering="user__username")
     def owner_of_account(self, obj):
@@ -421,15 +455,23 @@ class MoneyAccountAdmin(ReadOnlyAdmin):
 
 @admin.register(MoneyEntry)
 class MoneyEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "account_name", "purchase_link", "amount", "balance_after", "memo")
+    list_display = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text", "memo")
     list_filter = ("account__kind", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("account__user",)
     search_ids = ("account_id", "purchase_id")
     search_users = ("account__user",)
     search_help_text = "An account or purchase id, or a username."
     ordering = ("-id",)
-    fields = ("id", "created_at", "account_name", "purchase_link", "amount", "balance_after", "memo")
-    readonly_fields = ("id", "created_at", "account_name", "purchase_link")
+    fields = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text", "memo")
+    readonly_fields = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text")
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_text(self, obj):
+        return money_text(obj.amount)
+
+    @admin.display(description="balance after", ordering="balance_after")
+    def balance_after_text(self, obj):
+        return money_text(obj.balance_after)
 
     @admin.display(description="account", ordering="account_id")
     def account_name(self, obj):

@@ -29,7 +29,13 @@ class User(AbstractUser):
         AUDITOR = "auditor", "Auditor"
         STAFF = "staff", "Staff"
 
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.OWNER)
+    role = models.CharField(
+        max_length=16, choices=Role.choices, default=Role.OWNER,
+        help_text="What this account may do. Owner: contributes values and uses the owner portal for them. "
+                  "Buyer: buys data and commissions surveys through the API. Auditor: reads the admin console, "
+                  "the audit pages and the audit API, never raw values or purchased data, and changes nothing. "
+                  "Staff: reads everything and curates datasets, attributes and users. Auditors and staff may "
+                  "sign in to this console (see docs/security.md, \"Roles\").")
     organisation = models.CharField(max_length=200, blank=True, help_text="Shown to owners for buyers' purchases.")
 
     class Meta:
@@ -85,6 +91,9 @@ class BudgetAccount(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"Budget of value #{self.value_id}: ε {self.loss.normalize():f} of ε {self.ceiling.normalize():f}"
+
     @property
     def loss(self):
         return self.chain_loss + self.oneshot_loss
@@ -110,6 +119,9 @@ class LedgerBlock(models.Model):
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(entry_count__gte=1), name="ledger_block_nonempty")]
 
+    def __str__(self) -> str:
+        return f"Ledger block #{self.pk} ({self.entry_count} entr{'y' if self.entry_count == 1 else 'ies'})"
+
 
 class LedgerHead(models.Model):
     """Singleton row locked by every ledger write: serialises the hash chain."""
@@ -119,6 +131,9 @@ class LedgerHead(models.Model):
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="ledger_head_singleton")]
+
+    def __str__(self) -> str:
+        return f"Ledger head (last block #{self.last_block_id})" if self.last_block_id else "Ledger head (empty)"
 
 
 class LedgerEntry(models.Model):
@@ -175,6 +190,8 @@ class LedgerEntry(models.Model):
                                  help_text="One-shot releases: the guarantee of the epsilon released (in the hash).")
 
     class Meta:
+        verbose_name = "ledger entry"
+        verbose_name_plural = "ledger entries"
         indexes = [models.Index(fields=["value", "id"]), models.Index(fields=["created_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=[
@@ -206,6 +223,10 @@ class LedgerEntry(models.Model):
                 name="ledger_guarantee_only_on_releases"),
         ]
 
+    def __str__(self) -> str:
+        at = f" at ε {self.epsilon.normalize():f}" if self.epsilon is not None else ""
+        return f"Ledger entry #{self.pk}: {self.get_kind_display()}{at}, value #{self.value_id}"
+
 
 class MoneyAccount(models.Model):
     """A balance in Decimal: a buyer's credit, an owner's earnings, or the platform's fees."""
@@ -228,6 +249,10 @@ class MoneyAccount(models.Model):
                                    | (~Q(kind="platform") & Q(user__isnull=False)), name="money_account_owner"),
         ]
 
+    def __str__(self) -> str:
+        whose = f"user #{self.user_id}" if self.user_id else "the platform"
+        return f"{self.get_kind_display()} account #{self.pk} of {whose}"
+
 
 class MoneyEntry(models.Model):
     """One movement of money; ``balance_after`` lets the audit replay every account."""
@@ -241,4 +266,11 @@ class MoneyEntry(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "money entry"
+        verbose_name_plural = "money entries"
         constraints = [models.CheckConstraint(condition=Q(balance_after__gte=0), name="money_entry_balance_nonnegative")]
+
+    def __str__(self) -> str:
+        from ldpmarket.money import format_money
+
+        return f"Money entry #{self.pk}: {format_money(self.amount)} on account #{self.account_id}"

@@ -17,7 +17,7 @@ from django.db.models import Count, F
 from django.urls import reverse
 from django.utils.html import format_html
 
-from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, usage_bar
+from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
 from accounts.epsilon import MICRO, to_micro
 from accounts import roles
 
@@ -102,8 +102,7 @@ class RawPresentFilter(admin.SimpleListFilter):
 
 @admin.register(Value)
 class ValueAdmin(ReadOnlyAdmin):
-    list_display = ("id", "owner", "attribute", "cohort", "raw_present", "withdrawn", "loss", "ceiling",
-                    "created_at")
+    list_display = ("id", "owner", "attribute", "raw_present", "withdrawn", "loss", "ceiling", "created_at")
     list_filter = (RawPresentFilter, ("withdrawn_at", admin.EmptyFieldListFilter), "attribute")
     search_ids = ("id",)
     search_users = ("owner",)
@@ -231,8 +230,8 @@ class ChainAdmin(ReadOnlyAdmin):
 
 @admin.register(Purchase)
 class PurchaseAdmin(ReadOnlyAdmin):
-    list_display = ("id", "buyer", "attribute", "mechanism", "epsilon", "charged_epsilon", "guarantee_text",
-                    "status", "candidates", "included", "price", "created_at", "completed_at")
+    list_display = ("id", "buyer", "attribute", "mechanism", "epsilon", "guarantee_text", "status", "price_text",
+                    "created_at")
     list_filter = ("status", "mechanism", "guarantee", "attribute", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("buyer", "attribute__dataset")
     search_ids = ("id",)
@@ -241,9 +240,13 @@ class PurchaseAdmin(ReadOnlyAdmin):
     ordering = ("-id",)
     fields = ("id", "buyer", "attribute", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee_text",
               "cohort", "status", "idempotency_key", "candidates", "included", "excluded_ceiling", "excluded_paused",
-              "excluded_withdrawn", "excluded_no_raw", "new_points", "price", "error", "created_at",
+              "excluded_withdrawn", "excluded_no_raw", "new_points", "price_text", "error", "created_at",
               "completed_at", "heartbeat_at", "attempts", "ledger", "money")
-    readonly_fields = ("id", "ledger", "money", "guarantee_text")
+    readonly_fields = ("id", "ledger", "money", "guarantee_text", "price_text")
+
+    @admin.display(description="price", ordering="price")
+    def price_text(self, obj):
+        return money_text(obj.price)
 
     @admin.display(description="guarantee", ordering="guarantee")
     def guarantee_text(self, obj):
@@ -268,7 +271,7 @@ class PurchaseAdmin(ReadOnlyAdmin):
         totals: dict[str, object] = {}
         for kind, amount in rows:
             totals[kind] = totals.get(kind, 0) + amount
-        return "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in totals.items()) + f" ({len(rows)} movements)"
+        return "; ".join(f"{k.replace('_', ' ')}: {money_text(v)}" for k, v in totals.items()) + f" ({len(rows)} movements)"
 
 
 @admin.register(PurchaseChunk)

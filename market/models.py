@@ -197,6 +197,9 @@ class Value(models.Model):
                 name="value_raw_and_input_together"),
         ]
 
+    def __str__(self) -> str:
+        return f"Value #{self.pk} (attribute #{self.attribute_id}, owner #{self.owner_id})"
+
 
 class Chain(models.Model):
     """The stored relaxation chain of a value, compact (spec service.md section 1).
@@ -221,6 +224,9 @@ class Chain(models.Model):
             models.CheckConstraint(condition=Exact(Length("outputs"), F("length") * Length("head_output")),
                                    name="chain_outputs_length"),
         ]
+
+    def __str__(self) -> str:
+        return f"Chain of value #{self.value_id} ({self.length} steps, head ε {self.head.normalize():f})"
 
 
 class Purchase(models.Model):
@@ -321,6 +327,9 @@ class Purchase(models.Model):
     def is_oneshot(self) -> bool:
         return self.mechanism != self.Mechanism.GRADUAL_RR
 
+    def __str__(self) -> str:
+        return f"Purchase #{self.pk} ({self.get_mechanism_display()} at ε {self.epsilon.normalize():f}, {self.status})"
+
 
 class PurchaseChunk(models.Model):
     """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each)."""
@@ -335,6 +344,9 @@ class PurchaseChunk(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["purchase", "seq"], name="purchase_chunk_seq_unique")]
 
+    def __str__(self) -> str:
+        return f"Chunk {self.seq} of purchase #{self.purchase_id} ({self.count} outputs)"
+
 
 class Holding(models.Model):
     """The highest epsilon a buyer holds for a value: the basis of upgrade credit."""
@@ -348,3 +360,6 @@ class Holding(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["buyer", "value"], name="holding_unique"),
                        models.CheckConstraint(condition=Q(epsilon__gt=0), name="holding_epsilon_positive")]
+
+    def __str__(self) -> str:
+        return f"Holding of value #{self.value_id} by buyer #{self.buyer_id} up to ε {self.epsilon.normalize():f}"

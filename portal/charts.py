@@ -7,7 +7,11 @@ that fixed ceiling; after a "schedule set" entry it follows the schedule
 The loss is a step function through the releases' losses; when a value has
 one-shot spending (one-shot releases, surveys), the chain's part of it is drawn
 as a second, dotted line, so the band between the two is the one-shot part.
-The part of the ceiling after "now" (a schedule still to run) is drawn dashed.
+The part of the ceiling after "now" (a schedule still to run, or the ceiling in force if nothing changes) is
+drawn dashed.  The time axis starts when the value was contributed and spans at least ``MIN_SPAN``, so a new
+value's ceiling is a line across the chart rather than a dot at its right edge.  A light band under the ceiling
+keeps it visible where the loss reaches it (an exhausted budget).  One-shot values have no chain, so their chart
+has no chain part.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from accounts.epsilon import from_micro, to_micro
 from accounts.models import LedgerEntry
 from accounts.schedule import ceiling_micro
 
-MIN_SPAN = timedelta(minutes=1)
+MIN_SPAN = timedelta(hours=1)
 MAX_STEP_POINTS = 400
 
 
@@ -188,37 +192,42 @@ class _Frame:
 
 
 def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart", description: str = "",
-                     width: int = 640, height: int = 220) -> SafeString:
-    """The chart of a value's ceiling and loss over time, from its ledger events (oldest first)."""
+                     width: int = 640, height: int = 220, chain: bool = True) -> SafeString:
+    """The chart of a value's ceiling and loss over time, from its ledger events (oldest first).
+
+    ``chain=False`` (one-shot values) draws no chain part of the loss.
+    """
     now = now or timezone.now()
     if not events:
         return mark_safe("")
     t0 = events[0].at
-    end = max(now, t0)
+    end = max(now, t0 + MIN_SPAN)
     last_policy = next((e for e in reversed(events) if e.kind in (LedgerEntry.Kind.CEILING,
                                                                   LedgerEntry.Kind.SCHEDULE)), None)
     if last_policy is not None and last_policy.schedule and last_policy.schedule["end_at"] > end:
         end = last_policy.schedule["end_at"]
     ceiling = ceiling_series(events, end)
-    loss = loss_series(events, end)
+    loss = loss_series(events, max(min(now, end), t0))
     top = max([float(v) for _, v in ceiling + loss] + [0.0])
     top = (_nice_step(top * 1.1) * 4) if top > 0 else 1.0
-    f = _Frame(min(t0, end - MIN_SPAN), end, top, width, height)
+    f = _Frame(t0, end, top, width, height)
     title = "Ceiling and privacy loss over time"
     parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
              f'aria-labelledby="{uid}-title {uid}-desc" xmlns="http://www.w3.org/2000/svg">',
              f'<title id="{uid}-title">{escape(title)}</title>',
              f'<desc id="{uid}-desc">{escape(description)}</desc>']
-    for a, b in paused_spans(events, end):
+    for a, b in paused_spans(events, min(now, end)):
         parts.append(f'<rect class="paused" x="{f.x(a)}" y="{f.upper}" width="{max(f.x(b) - f.x(a), 1)}" '
                      f'height="{f.h - f.lower - f.upper}"><title>Sales paused</title></rect>')
     parts += f.axes()
+    if ceiling:
+        # under the loss: where the loss reaches the ceiling, the ceiling still shows on both sides of it
+        parts.append(f'<path class="ceiling-halo" d="{f.path(ceiling)}"/>')
     if loss:
         area = loss + [(loss[-1][0], Decimal(0)), (loss[0][0], Decimal(0))]
         parts.append(f'<path class="loss-area" d="{f.path(area)} Z"/>')
-        parts.append(f'<path class="loss" d="{f.path(loss)}"/>')
-        if has_oneshot(events):
-            parts.append(f'<path class="chain-loss" d="{f.path(loss_series(events, end, "chain_loss"))}">'
+        if chain and has_oneshot(events):
+            parts.append(f'<path class="chain-loss" d="{f.path(loss_series(events, loss[-1][0], "chain_loss"))}">'
                          f'<title>Chain part of the privacy spent (the rest is one-shot)</title></path>')
     if ceiling:
         xnow = f.x(now)
@@ -228,6 +237,8 @@ def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart",
         d = f.path(ceiling)
         parts.append(f'<path class="ceiling" d="{d}" clip-path="url(#{uid}-past)"/>')
         parts.append(f'<path class="ceiling planned" d="{d}" clip-path="url(#{uid}-future)"/>')
+    if loss:
+        parts.append(f'<path class="loss" d="{f.path(loss)}"/>')
     for e in events:
         if e.epsilon is not None:
             how = " (one-shot)" if e.kind == LedgerEntry.Kind.ONESHOT_RELEASE else ""
@@ -235,26 +246,44 @@ def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart",
             parts.append(f'<circle class="release" cx="{f.x(e.at)}" cy="{f.y(e.loss)}" r="3.5">'
                          f'<title>{escape(label)}</title></circle>')
     if now < end:
-        parts.append(f'<line class="now" x1="{f.x(now)}" x2="{f.x(now)}" y1="{f.upper}" y2="{f.h - f.lower}"/>')
-        parts.append(f'<text class="tick now-label" x="{f.x(now) + 3}" y="{f.upper + 10}">now</text>')
+        parts += _now_marker(f, now)
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+def _now_marker(f: "_Frame", now: datetime) -> list[str]:
+    x = f.x(now)
+    anchor = "end" if x > f.w - f.right - 30 else "start"
+    tx = x - 3 if anchor == "end" else x + 3
+    return [f'<line class="now" x1="{x}" x2="{x}" y1="{f.upper}" y2="{f.h - f.lower}"/>',
+            f'<text class="tick now-label" x="{tx}" y="{f.upper + 10}" text-anchor="{anchor}">now</text>']
 
 
 # -------------------------------------------------------------------------------------- schedule preview
 
 PREVIEW_FRACTIONS = (0, 0.1, 0.25, 0.5, 0.75, 1)
+#: Schedules in at most this many steps are previewed step by step; longer ones at PREVIEW_FRACTIONS.
+PREVIEW_MAX_STEPS = 12
 
 
 def preview_rows(*, start: Decimal, cap: Decimal, start_at: datetime, end_at: datetime, shape: str,
                  steps: int | None) -> list[tuple[datetime, Decimal]]:
-    """The ceiling a schedule gives at its start, at 10%, 25%, 50%, 75% of its duration, and at its end."""
+    """The ceilings a schedule gives, each once: at its start, then at every step (up to ``PREVIEW_MAX_STEPS``
+    steps) or at 10%, 25%, 50%, 75% of its duration, and at its end.  A row whose ceiling is the previous row's
+    is left out (it would say nothing new), except the end."""
     start_at, end_at = start_at.replace(microsecond=0), end_at.replace(microsecond=0)
     s, c = to_micro(start), to_micro(cap)
-    out = []
-    for frac in PREVIEW_FRACTIONS:
-        t = start_at + (end_at - start_at) * frac
-        out.append((t, from_micro(ceiling_micro(s, c, start_at, end_at, shape, steps, t))))
+    if shape == "steps" and steps and steps <= PREVIEW_MAX_STEPS:
+        d = int((end_at - start_at).total_seconds())
+        times = [start_at] + [start_at + timedelta(seconds=(j * d + steps - 1) // steps) for j in range(1, steps + 1)]
+    else:
+        times = [start_at + (end_at - start_at) * frac for frac in PREVIEW_FRACTIONS]
+    out: list[tuple[datetime, Decimal]] = []
+    for i, t in enumerate(times):
+        value = from_micro(ceiling_micro(s, c, start_at, end_at, shape, steps, t))
+        if out and (value == out[-1][1] or t == out[-1][0]) and i < len(times) - 1:
+            continue
+        out.append((t, value))
     return out
 
 
@@ -279,5 +308,6 @@ def schedule_svg(*, start: Decimal, cap: Decimal, start_at: datetime, end_at: da
         y = f.y(loss)
         parts.append(f'<line class="loss" x1="{f.left}" x2="{width - f.right}" y1="{y}" y2="{y}"/>')
     parts.append(f'<path class="ceiling" d="{f.path(points)}"/>')
+    parts += _now_marker(f, policy.start_at)
     parts.append("</svg>")
     return mark_safe("".join(parts))

@@ -38,18 +38,19 @@ def _money(d) -> Decimal:
 G = LedgerEntry.Guarantee
 PUM_MECHANISMS = (Attribute.Mechanism.URR, Attribute.Mechanism.URAP)
 
-#: What each way of selling is called on the owner's pages.
+#: What each way of selling is called on the owner's pages: what it does, in plain words, with the technical
+#: name of the mechanism (the papers' abbreviation, see docs/mechanisms.md) in parentheses.
 MECHANISM_NAMES = {
-    "gradual_rr": "Chain (gradual-release randomized response)",
-    "urr": "uRR (utility-optimized randomized response)",
-    "urap": "uRAP (utility-optimized RAPPOR)",
-    "rr3": "RR3 (three-state randomized response)",
-    "lpp": "LPP‡ (randomized edge report)",
+    "gradual_rr": "Chain of randomized answers (gradual release)",
+    "urr": "Randomized answer that always protects sensitive answers (uRR)",
+    "urap": "Randomized pattern of bits that always protects sensitive answers (uRAP)",
+    "rr3": "Randomized choice among three answers (RR3)",
+    "lpp": "Randomized report about one of your links (LPP)",
     "private_sample": "Private sample of your distribution",
-    "warner": "Warner survey",
-    "simmons": "Simmons survey",
-    "christofides": "Christofides survey",
-    "improved_christofides": "Improved Christofides survey",
+    "warner": "Yes/no survey, Warner's method",
+    "simmons": "Yes/no survey, Simmons' method",
+    "christofides": "Yes/no survey, Christofides' method",
+    "improved_christofides": "Yes/no survey, improved Christofides method",
 }
 
 #: How each mechanism works and what its releases cost, in plain words (contribute and value pages).
@@ -57,29 +58,32 @@ MECHANISM_EXPLAINED = {
     "gradual_rr": "Buyers get randomized versions of your value from one stored chain. All buyers together learn "
                   "no more than the highest ε ever sold, so only the highest ε counts: selling again at the same "
                   "or a lower ε costs you nothing.",
-    "urr": "Each sale sends one randomized answer (utility-optimized randomized response). Answers in the sensitive "
-           "set are protected with ε-LDP; any other answer may be passed on exactly, because it is not considered "
-           "sensitive. If your answer is sensitive for you personally, tag it on the value page and it is sent as a "
-           "protected symbol instead.",
-    "urap": "Each sale sends one randomized bit vector (utility-optimized RAPPOR). Answers in the sensitive set are "
-            "protected with ε-LDP; any other answer may be passed on exactly, because it is not considered "
-            "sensitive. If your answer is sensitive for you personally, tag it on the value page and it is sent as a "
-            "protected symbol instead.",
-    "rr3": "Each sale reports one of the three states, randomized: the true state is more likely to be reported the "
-           "higher the ε. The ε charged is the mechanism's exact level (for the two-parameter RR3‡, less than the "
-           "sum of its two parameters).",
-    "lpp": "Each sale picks one item at random and reports whether you have an edge to it and, if so, its sign, both "
-           "randomized. A weight w becomes +1 with probability (1 + w)/2, otherwise −1. The ε charged is the exact "
-           "level of the two parameters, less than their sum.",
-    "private_sample": "Each sale releases one label drawn from your distribution by a sampler that is ε-LDP and "
-                      "uses the public prior. Buyers never see your probabilities.",
+    "urr": "Each sale sends one randomized answer. Answers the question marks as sensitive are always protected at "
+           "the sale's ε; any other answer may be passed on exactly, because it is not considered sensitive. If "
+           "your answer is sensitive for you personally, tag it on the value page and it is sent as a protected "
+           "symbol instead.",
+    "urap": "Each sale sends a randomized pattern of bits, one bit per possible answer. Answers the question marks "
+            "as sensitive are always protected at the sale's ε; any other answer may be passed on exactly, because "
+            "it is not considered sensitive. If your answer is sensitive for you personally, tag it on the value "
+            "page and it is sent as a protected symbol instead.",
+    "rr3": "Each sale reports one of the three answers, randomized: your true answer is more likely to be reported "
+           "the higher the ε. The ε charged is exactly the protection the sale gives (when a buyer sets two "
+           "separate levels, it is less than their sum).",
+    "lpp": "Each sale picks one item at random and reports whether you have a link to it and, if so, whether it "
+           "is positive or negative, both randomized. A weight w becomes +1 with probability (1 + w)/2, otherwise "
+           "−1. The ε charged is exactly the protection of the two randomization levels together, less than their "
+           "sum.",
+    "private_sample": "Each sale releases one label drawn from your distribution, randomized so that it is "
+                      "protected at the sale's ε, using a public starting guess (the prior). Buyers never see your "
+                      "probabilities.",
 }
 ONESHOT_COST = ("One-shot: there is no chain. Every sale is a fresh randomization of your value and adds its ε to "
                 "what this value has spent, so ten sales at ε 0.1 spend ε 1.")
 CHAIN_COST = ("Chain: only the highest ε counts. A sale at or below the highest ε already sold adds nothing to "
               "what this value has spent.")
-SURVEY_NOTE = ("Buyers may also commission yes/no surveys over this question (Warner, Simmons, Christofides or "
-               "improved Christofides). Your answer is randomized inside the service, only the aggregate estimate "
+SURVEY_NOTE = ("Buyers may also commission yes/no surveys over this question (by the methods of Warner, Simmons, "
+               "Christofides or the improved Christofides method). Your answer is randomized inside the service, "
+               "only the aggregate estimate "
                "is sold, and each survey adds its ε to your one-shot spending. An improved Christofides survey "
                "protects each answer with ε only if respondents cannot see each other's cards or answers "
                "(non-collusion).")
@@ -92,20 +96,21 @@ def mechanism_name(mechanism: str) -> str:
 
 
 def guarantee_words(guarantee: str, mechanism: str, epsilon) -> str:
-    """What a release's ε guarantees, for the owner (spec surveys.md "Privacy caveat for IC" for the IC label)."""
+    """What a release's ε guarantees, in plain words for the owner (the technical terms, ε-LDP and ε-ULDP, are in
+    docs/mechanisms.md; the improved Christofides survey's per-report protection assumes non-collusion)."""
     eps = "—" if epsilon is None else format(Decimal(epsilon).normalize(), "f")
     survey = mechanism in SURVEY_MECHANISMS
     if guarantee == G.PER_REPORT:
-        return (f"per-report ε = {eps} assuming respondents cannot see each other's cards or answers "
-                f"(non-collusion); only the aggregate was sold")
+        return (f"each answer protected at ε {eps} if respondents cannot see each other's cards or answers; "
+                f"only the aggregate was sold")
     if guarantee == G.ULDP:
-        return (f"ε-ULDP at ε = {eps}: sensitive or tagged answers are protected at ε, other answers may be "
-                f"revealed; one-shot, adds ε {eps}")
+        return (f"sensitive or tagged answers protected at ε {eps}, other answers may be passed on exactly; "
+                f"one-shot, adds ε {eps}")
     if guarantee == G.LDP and survey:
-        return f"ε-LDP at ε = {eps} for your answer; only the aggregate was sold; adds ε {eps}"
+        return f"your answer protected at ε {eps}; only the aggregate was sold; adds ε {eps}"
     if guarantee == G.LDP:
-        return f"ε-LDP at ε = {eps}; one-shot, adds ε {eps}"
-    return "ε-LDP from your chain: counts only above the highest ε already sold"
+        return f"your value protected at ε {eps}; one-shot, adds ε {eps}"
+    return "protected by your chain: counts only above the highest ε already sold"
 
 
 def describe_raw(attribute: Attribute, raw: str | None) -> str | None:
@@ -220,8 +225,19 @@ class ValueRow:
 
     @property
     def split(self) -> bool:
-        """Whether the loss is shown as chain and one-shot parts (one-shot values, or any one-shot spending)."""
-        return self.is_oneshot or self.budget.oneshot_loss > 0
+        """Whether the loss is shown as chain and one-shot parts: a chain value with one-shot spending (surveys).
+        A one-shot value has no chain, so no parts."""
+        return not self.is_oneshot and self.budget.oneshot_loss > 0
+
+    @property
+    def for_sale(self) -> bool:
+        """Whether the value can still be sold at all: a one-shot value needs its raw value for every release."""
+        return not (self.is_oneshot and self.raw_deleted)
+
+    @property
+    def question(self) -> str:
+        """The attribute's question in plain words (its description), as the owner answered it."""
+        return (self.value.attribute.description or "").strip()
 
     def _share(self, amount: Decimal) -> int:
         if self.budget.ceiling <= 0:
@@ -312,6 +328,13 @@ def owns_value(owner: User, value_id: int) -> bool:
     return Value.objects.filter(id=value_id, owner=owner).exists()
 
 
+def owner_value_for_sale(owner: User, value_id: int) -> bool:
+    """Whether the owner's value can still be sold (``ValueRow.for_sale``): not a one-shot value without its raw
+    value."""
+    return not (Value.objects.filter(owner=owner, id=value_id, raw_deleted_at__isnull=False)
+                .exclude(attribute__mechanism=Attribute.Mechanism.GRADUAL_RR).exists())  # Attribute.is_oneshot
+
+
 def owner_value(owner: User, value_id: int) -> Value:
     """The owner's value ``value_id`` (with attribute, dataset, budget and chain), or ``Http404``."""
     value = _values(owner).filter(id=value_id).first()
@@ -349,6 +372,18 @@ class Release:
     mechanism: str = Purchase.Mechanism.GRADUAL_RR
     guarantee: str = ""
     parameters: dict = field(default_factory=dict)
+    #: What the release added to the value's loss: its ε for a one-shot release; for a chain release only the part
+    #: above the chain's loss before it (0 for a re-sale at or below it: "no charge").
+    charged: Decimal | None = None
+
+    @property
+    def no_charge(self) -> bool:
+        return not self.one_shot and self.charged is not None and self.charged <= 0
+
+    @property
+    def partly_charged(self) -> bool:
+        """A chain release that raised the chain's loss by less than its ε (the rest was already spent)."""
+        return not self.one_shot and self.charged is not None and 0 < self.charged < self.epsilon
 
     @property
     def is_survey(self) -> bool:
@@ -359,11 +394,11 @@ class Release:
         name = mechanism_name(self.mechanism)
         p = self.parameters or {}
         if self.mechanism == Purchase.Mechanism.RR3 and p.get("family") == "rr3_ddagger":
-            name += f" — RR3‡ with ε1 = {_plain(p.get('eps1'))}, ε2 = {_plain(p.get('eps2'))}"
+            name += f", with two levels set by the buyer: ε {_plain(p.get('eps1'))} and ε {_plain(p.get('eps2'))}"
         elif self.mechanism == Purchase.Mechanism.RR3 and p.get("family") == "ewrr3":
-            name += " — EWRR3"
+            name += ", the two other answers equally likely"
         elif self.mechanism == Purchase.Mechanism.LPP and "eps1" in p:
-            name += f" with ε1 = {_plain(p.get('eps1'))}, ε2 = {_plain(p.get('eps2'))}"
+            name += f", with two levels set by the buyer: ε {_plain(p.get('eps1'))} and ε {_plain(p.get('eps2'))}"
         return name
 
     @property
@@ -391,7 +426,7 @@ def _release_rows(owner: User, value_id: int | None = None):
     return qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name",
         "purchase__buyer__organisation", "epsilon", "chain_loss_after", "oneshot_loss_after", "purchase_id", "kind",
-        "guarantee", "purchase__mechanism", "purchase__parameters")
+        "guarantee", "purchase__mechanism", "purchase__parameters", "chain_loss_before", "oneshot_loss_before")
 
 
 def _with_earnings(owner: User, rows) -> list[Release]:
@@ -405,8 +440,10 @@ def _with_earnings(owner: User, rows) -> list[Release]:
     return [Release(at=at, value_id=v, dataset=ds, attribute=attr, organisation=org or NO_ORGANISATION,
                     epsilon=eps, loss_after=chain + oneshot, earned=earned.get(p, ZERO_MONEY), purchase_id=p,
                     one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE, guarantee=guarantee or "",
-                    mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {})
-            for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params in rows]
+                    mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {},
+                    charged=(chain + oneshot) - (chain_before + oneshot_before))
+            for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params, chain_before,
+            oneshot_before in rows]
 
 
 def releases(owner: User, *, value_id: int | None = None, limit: int | None = None) -> list[Release]:

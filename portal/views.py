@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from decimal import Decimal
 from functools import wraps
 
@@ -61,6 +62,24 @@ def owned_value(view):
     return wrapped
 
 
+NOT_FOR_SALE = ("Your raw value was deleted, so this value cannot be sold again: its ceiling, schedule and sales "
+                "no longer apply.")
+
+
+def for_sale_only(view):
+    """Inside ``owned_value``: the budget actions of a value that can no longer be sold (a one-shot value whose
+    raw value was deleted) go back to the value's page, saying why, and change nothing."""
+
+    @wraps(view)
+    def wrapped(request, value_id: int, *args, **kwargs):
+        if not selectors.owner_value_for_sale(request.user, value_id):
+            messages.info(request, NOT_FOR_SALE)
+            return redirect("portal:value", value_id=value_id)
+        return view(request, value_id, *args, **kwargs)
+
+    return wrapped
+
+
 def plain(message) -> str:
     """A service's message with its exact decimals written plainly (``0.500000`` -> ``0.5``)."""
     return re.sub(r"\d+\.\d+", lambda m: f"{Decimal(m.group()).normalize():f}", str(message))
@@ -72,7 +91,7 @@ def _chart(row: selectors.ValueRow, uid: str, **size):
              if b.oneshot_loss > 0 else "")
     desc = (f"Ceiling now ε {charts._eps(b.ceiling)}; privacy spent ε {charts._eps(row.loss)}{parts} "
             f"after {row.releases} release{'s' if row.releases != 1 else ''}.")
-    return charts.ceiling_loss_svg(row.events, uid=uid, description=desc, **size)
+    return charts.ceiling_loss_svg(row.events, uid=uid, description=desc, chain=not row.is_oneshot, **size)
 
 
 # ---------------------------------------------------------------------------------------------- sign in/out
@@ -200,10 +219,11 @@ def contribute(request, attribute_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_http_methods(["GET", "POST"])
 def ceiling(request, value_id: int):
     row = selectors.owner_value_row(request.user, value_id)
-    form = CeilingForm(request.POST or None, initial={"ceiling": row.budget.ceiling.normalize()})
+    form = CeilingForm(request.POST or None, initial={"ceiling": _plain_decimal(row.budget.ceiling)})
     if request.method == "POST" and form.is_valid():
         try:
             budget_set_ceiling(value_id=row.value.id, ceiling=form.cleaned_data["ceiling"])
@@ -215,14 +235,45 @@ def ceiling(request, value_id: int):
     return render(request, "portal/ceiling_form.html", {"form": form, "row": row, "value": row.value})
 
 
+def _plain_decimal(d: Decimal) -> Decimal:
+    """``Decimal("10.000000")`` -> ``Decimal("10")`` (``normalize()`` alone gives ``1E+1``, which a form shows)."""
+    text = f"{d:f}"
+    return Decimal(text.rstrip("0").rstrip(".") if "." in text else text)
+
+
+def _schedule_initial(b, now) -> dict:
+    """The schedule form's starting point: the schedule in force, continued from now to its end (its cap, its
+    shape, the steps still to come); with no schedule running, from the current ceiling over 30 days."""
+    initial = {"start": _plain_decimal(b.ceiling), "cap": _plain_decimal(b.schedule_cap or b.ceiling),
+               "duration": 30, "unit": "days", "shape": b.schedule_shape or "linear", "steps": b.schedule_steps}
+    if b.scheduled and b.schedule_end_at > now:
+        # the ceiling the schedule gives now (the stored one advances periodically: docs/operations.md)
+        ceiling_now = charts.Policy(start=b.schedule_start, cap=b.schedule_cap, start_at=b.schedule_start_at,
+                                    end_at=b.schedule_end_at, shape=b.schedule_shape,
+                                    steps=b.schedule_steps).at(now)
+        initial["start"] = _plain_decimal(max(b.ceiling, ceiling_now))
+        left = b.schedule_end_at - now
+        if left >= timedelta(days=1):
+            initial.update(duration=Decimal(left.total_seconds() / 86400).quantize(Decimal("0.001")), unit="days")
+        else:
+            initial.update(duration=max(Decimal(left.total_seconds() / 3600).quantize(Decimal("0.001")),
+                                        Decimal("0.001")), unit="hours")
+        if b.schedule_shape == "steps" and b.schedule_steps:
+            total = (b.schedule_end_at - b.schedule_start_at).total_seconds()
+            done = int(b.schedule_steps * max(0.0, (now - b.schedule_start_at).total_seconds()) / total)
+            initial["steps"] = max(b.schedule_steps - done, 1)
+        initial["duration"] = _plain_decimal(initial["duration"])
+    return initial
+
+
 @owner_required
 @owned_value
+@for_sale_only
 @require_http_methods(["GET", "POST"])
 def schedule(request, value_id: int):
     row = selectors.owner_value_row(request.user, value_id)
     b = row.budget
-    initial = {"start": b.ceiling.normalize(), "cap": (b.schedule_cap or b.ceiling).normalize(), "duration": 30,
-               "unit": "days", "shape": b.schedule_shape or "linear", "steps": b.schedule_steps}
+    initial = _schedule_initial(b, timezone.now())
     form = ScheduleForm(request.POST or None, initial=initial)
     preview = None
     if request.method == "POST" and form.is_valid():
@@ -246,6 +297,7 @@ def schedule(request, value_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_POST
 def pause(request, value_id: int):
     value = selectors.owner_value(request.user, value_id)
@@ -256,6 +308,7 @@ def pause(request, value_id: int):
 
 @owner_required
 @owned_value
+@for_sale_only
 @require_POST
 def resume(request, value_id: int):
     value = selectors.owner_value(request.user, value_id)

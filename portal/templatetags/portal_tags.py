@@ -1,4 +1,4 @@
-"""Template filters of the owner portal: epsilons without trailing zeros, money to 4 places."""
+"""Template filters of the owner portal: epsilons without trailing zeros, money with its currency."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -19,9 +19,10 @@ def eps(value) -> str:
 
 @register.filter
 def money(value) -> str:
-    if value is None or value == "":
-        return "0.0000"
-    return f"{Decimal(str(value)).quantize(Decimal('0.0001')):f}"
+    """``Decimal("0.0040")`` -> ``0.004 EUR``: at least 2 places, and the currency (``ldpmarket.money``)."""
+    from ldpmarket.money import format_money
+
+    return format_money(value)
 
 
 @register.filter

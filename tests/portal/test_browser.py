@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
+from ldpmarket.money import format_money
+
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test are still synchronous.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
@@ -45,12 +47,16 @@ pytestmark = [
 ]
 
 PASSWORD = "a long and unusual passphrase 42"
+#: Tests whose screenshots go to a subfolder of test-artifacts/portal/ (the owner's walk keeps the folder itself).
+SUBFOLDERS = {"test_portal_and_admin_pages_fit_1280_px_under_the_policy": "layout"}
 
 
 @pytest.fixture
-def browser_page():
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):
+def browser_page(request):
+    # each test's screenshots in its own folder: test-artifacts/portal/ (the owner's walk) or a subfolder
+    folder = ARTIFACTS / getattr(request.module, "SUBFOLDERS", {}).get(request.node.originalname, "")
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
         old.unlink()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -165,7 +171,8 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     assert body["included"] == 1
     earned = MoneyEntry.objects.get(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS).amount
     assert earned > 0
-    earned_text = f"{earned.quantize(Decimal('0.0001')):f}"
+    earned_text = format_money(earned)  # with its currency (LDP_CURRENCY, EUR by default)
+    assert earned_text.endswith(" EUR")
 
     page.get_by_role("link", name="Dashboard").first.click()
     recent = page.get_by_role("table", name="Your ten most recent releases")
@@ -273,10 +280,11 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     assert status == 201 and body["included"] == 1, body
     page.reload()
     released = page.get_by_role("table", name="Releases of this value")
-    expect(released).to_contain_text("uRR (utility-optimized randomized response)")
-    expect(released).to_contain_text("ε-ULDP at ε = 0.5")
+    expect(released).to_contain_text("Randomized answer that always protects sensitive answers (uRR)")
+    expect(released).to_contain_text("sensitive or tagged answers protected at ε 0.5")
     expect(released).to_contain_text("Open Health Lab")
-    expect(page.locator(f"#oneshot-loss-{place_value.id}")).to_have_attribute("value", "0.5")
+    expect(page.locator(f"#loss-{place_value.id}")).to_have_attribute("value", "0.5")
+    expect(page.locator(f"#oneshot-loss-{place_value.id}")).to_have_count(0)  # one-shot: no chain/one-shot bars
     shot(page, "19-value-urr-one-shot-release")
 
     # 10. Sign out, then sign in again with the keyboard only.
@@ -296,3 +304,129 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     assert len(list(ARTIFACTS.glob("*.png"))) == 19
 
 
+
+
+# ------------------------------------------------------------------------------------ pages at 1280 px (issue 13)
+
+LAYOUT = ARTIFACTS / "layout"
+
+#: Width of every element that scrolls sideways inside the page, beyond its own box (none may).
+OVERFLOWING_BOXES = """() => [...document.querySelectorAll('.table-wrap, .card, #changelist .results, #content-main')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => (e.id || e.className) + ': ' + e.scrollWidth + ' > '
+    + e.clientWidth)"""
+
+
+def fits(page, name: str) -> None:
+    """A full-page screenshot, then: nothing wider than the 1280 px window, and no table wider than its box."""
+    page.screenshot(path=str(LAYOUT / f"{name}.png"), full_page=True)
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 1280, f"{name}: the page is {width} px wide at 1280 px"
+    assert page.evaluate(OVERFLOWING_BOXES) == [], name
+
+
+def test_portal_and_admin_pages_fit_1280_px_under_the_policy(live_server, browser_page, transactional_db):
+    """The owner's dashboard, a chain and two one-shot value pages (one without its raw value), the schedule
+    form with its preview, the releases page, and the admin index and every change list of the market: at
+    1280 px nothing overflows, the Audit links read on one line, and the Content-Security-Policy blocks nothing
+    (checked by the ``browser_page`` fixture)."""
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from market.pricing import DEFAULT_POLICY
+    from market.services import value_delete_raw
+    from tests.factories import (BuyerFactory, CategoricalAttributeFactory, DatasetFactory, OwnerFactory,
+                                 StaffFactory)
+    from tests.factories import PASSWORD as STAFF_PASSWORD
+    from tests.factories import fund
+    from tests.portal.conftest import contribute_one, oneshot_attribute, oneshot_purchase, purchase
+
+    page, base = browser_page, live_server.url
+    dataset = DatasetFactory(title="Neighbourhood wellbeing and everyday mobility survey, spring wave 2031",
+                             description="How people in the district feel and move about.")
+    mood = CategoricalAttributeFactory(dataset=dataset, name="mood this week", labels=["good", "fair", "poor"],
+                                       price_policy=DEFAULT_POLICY, description="How have you felt this week?")
+    place = oneshot_attribute("urr", dataset=dataset, description="Where did you spend most of the day?")
+    smoking = oneshot_attribute("ternary", dataset=dataset, description="Do you smoke?")
+    owner = OwnerFactory(username="dana")
+    owner.set_password(PASSWORD)
+    owner.save()
+    chain_value = contribute_one(owner, mood, "fair", ceiling="3")
+    place_value = contribute_one(owner, place, "office", ceiling="2")
+    gone = contribute_one(owner, smoking, "never", ceiling="2")
+    first = BuyerFactory(organisation="Institute for Very Long Organisation Names in Applied Public Health")
+    second = BuyerFactory(organisation="Open Health Lab")
+    for buyer in (first, second):
+        fund(buyer, "100")
+    purchase(first, mood, "1.5", seed=1)
+    purchase(second, mood, "0.5", seed=2)  # within the chain's loss: "no charge"
+    oneshot_purchase(first, place, epsilon="0.5")
+    oneshot_purchase(second, smoking, eps1="1", eps2="0.5")
+    value_delete_raw(value_id=gone.id)
+
+    page.goto(f"{base}/portal/login/")
+    page.get_by_label("Username").fill("dana")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Your values")).to_be_visible()
+    expect(page.locator("#earnings-total")).to_contain_text(" EUR")
+    fits(page, "01-dashboard")
+
+    page.goto(f"{base}/portal/values/{chain_value.id}/")
+    expect(page.locator("#question")).to_contain_text("How have you felt this week?")
+    expect(page.get_by_role("table", name="Releases of this value")).to_contain_text("no charge")
+    expect(page.locator("svg.chart path.ceiling-halo")).to_have_count(1)
+    fits(page, "02-value-chain")
+
+    page.goto(f"{base}/portal/values/{place_value.id}/")
+    expect(page.locator(".badge.selling")).to_be_visible()
+    expect(page.locator("svg.chart path.chain-loss")).to_have_count(0)
+    expect(page.locator(".legend")).not_to_contain_text("Chain part")
+    expect(page.locator(".loss-split")).to_have_count(0)
+    fits(page, "03-value-one-shot")
+
+    page.goto(f"{base}/portal/values/{gone.id}/")
+    expect(page.locator(".badge.retired")).to_have_text("No longer sold")
+    expect(page.locator(".badge.selling")).to_have_count(0)
+    expect(page.get_by_role("link", name="Raise or lower the ceiling")).to_have_count(0)
+    expect(page.get_by_role("button", name="Pause sales")).to_have_count(0)
+    fits(page, "04-value-one-shot-raw-deleted")
+
+    page.goto(f"{base}/portal/values/{chain_value.id}/schedule/")
+    expect(page.get_by_label("Starting ε (now)")).to_have_value("3")
+    page.get_by_label("Final ε (cap)").fill("5")
+    page.get_by_label("In equal steps").check()
+    page.get_by_label("Number of steps").fill("4")
+    page.get_by_role("button", name="Preview").click()
+    preview = page.locator("#preview")
+    expect(preview.locator("tbody tr")).to_have_count(5)  # now, then each of the 4 steps
+    expect(preview.locator(".legend")).to_contain_text("Now")
+    expect(preview.locator("svg.chart .now-label")).to_have_text("now")
+    fits(page, "05-schedule-preview")
+
+    page.goto(f"{base}/portal/releases/")
+    expect(page.get_by_role("table")).to_contain_text("Institute for Very Long Organisation Names")
+    fits(page, "06-releases")
+
+    # the admin console, as staff
+    staff = grant_role(StaffFactory(username="sam"), User.Role.STAFF)
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.get_by_label("Username").fill(staff.username)
+    page.get_by_label("Password").fill(STAFF_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base}/admin/")
+    link = page.locator("#ldp-audit-links").get_by_role("link", name="Budget audit")
+    box = link.bounding_box()
+    assert box["height"] < 30 and box["width"] > 60, f"the Audit link wraps: {box}"
+    expect(page.get_by_role("link", name="Ledger entries")).to_be_visible()
+    expect(page.get_by_role("link", name="Money entries")).to_be_visible()
+    fits(page, "10-admin-index")
+    for n, path in enumerate(["accounts/budgetaccount", "accounts/ledgerentry", "accounts/moneyaccount",
+                              "accounts/moneyentry", "accounts/user", "market/value", "market/purchase",
+                              "market/chain", "market/attribute", "market/holding"], start=11):
+        page.goto(f"{base}/admin/{path}/")
+        expect(page.locator("#changelist")).to_be_visible()
+        fits(page, f"{n}-admin-{path.replace('/', '-')}")
+    page.goto(f"{base}/admin/accounts/moneyentry/")
+    expect(page.locator("#result_list")).to_contain_text(" EUR")
+    page.goto(f"{base}/admin/accounts/user/{staff.id}/change/")
+    expect(page.locator("#id_role_helptext")).to_contain_text("contributes values and uses the owner portal")
+    fits(page, "21-admin-user-role")

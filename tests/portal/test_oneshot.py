@@ -27,8 +27,7 @@ from tests.portal.test_accessibility import assert_accessible, parse
 
 pytestmark = pytest.mark.django_db
 D = Decimal
-IC_WORDS = ("assuming respondents cannot see each other's cards or answers (non-collusion); "
-            "only the aggregate was sold")
+IC_WORDS = "if respondents cannot see each other's cards or answers; only the aggregate was sold"
 
 
 def text(response) -> str:
@@ -167,7 +166,7 @@ def test_contributing_a_value_of_each_new_kind_stores_it_and_shows_it_to_its_own
 
 def test_the_contribute_page_explains_the_mechanism_and_what_each_release_costs(owner_client):
     page = text(owner_client.get(f"/portal/contribute/{oneshot_attribute('urr').id}/"))
-    assert "How your value will be sold: uRR (utility-optimized randomized response)" in page
+    assert "How your value will be sold: Randomized answer that always protects sensitive answers (uRR)" in page
     assert "Every sale is a fresh randomization of your value and adds its ε" in page
     assert "Sensitive answers, always protected: clinic. Any other answer may be passed on exactly." in page
     assert "tag it on the value page" in page
@@ -175,7 +174,7 @@ def test_the_contribute_page_explains_the_mechanism_and_what_each_release_costs(
     assert "only the highest ε counts" in chain and "only the aggregate estimate is sold" in chain
     assert "(non-collusion)" in chain
     choose = text(owner_client.get("/portal/contribute/"))
-    assert "Sold by: uRR (utility-optimized randomized response) — one-shot, every sale adds its ε" in choose
+    assert "Sold by: Randomized answer that always protects sensitive answers (uRR) — one-shot, every sale adds its ε" in choose
 
 
 def test_a_refused_contribution_explains_the_error_next_to_the_field(owner_client, owner):
@@ -298,7 +297,8 @@ def test_a_tagged_value_is_released_as_its_protected_symbol_and_the_tag_reaches_
     p = oneshot_purchase(buyer, urr, epsilon="1")
     assert p.included == 1 and p.guarantee == "uldp"
     page = text(owner_client.get(f"/portal/values/{tagged_value.id}/"))
-    assert "uRR (utility-optimized randomized response)" in page and "ε-ULDP at ε = 1" in page
+    assert "Randomized answer that always protects sensitive answers (uRR)" in page
+    assert "sensitive or tagged answers protected at ε 1" in page
     # the portal never shows the tag to anyone but the owner: not in the buyer-facing purchase record
     assert "residence" not in json.dumps(Purchase.objects.filter(id=p.id).values().first(), default=str)
 
@@ -324,12 +324,12 @@ def test_an_improved_christofides_participation_shows_its_distinct_guarantee(own
     _, mine, survey = survey_population
     charged = f"{survey.charged_epsilon.normalize():f}"
     assert D(charged) <= 1
-    words = f"per-report ε = {charged} {IC_WORDS}"
+    words = f"each answer protected at ε {charged} {IC_WORDS}"
     for url in ("/portal/releases/", f"/portal/values/{mine.id}/", "/portal/"):
         response = owner_client.get(url)
         page = text(response)
         assert words in page, url
-        assert "Improved Christofides survey survey: aggregate only" in page, url
+        assert "Yes/no survey, improved Christofides method survey: aggregate only" in page, url
         assert 'data-guarantee="per_report_non_collusion"' in response.content.decode(), url
         assert "Institute of Careful Statistics" in page
     entry = LedgerEntry.objects.get(value=mine, kind=LedgerEntry.Kind.ONESHOT_RELEASE)
@@ -364,19 +364,22 @@ def test_a_chain_only_value_keeps_the_single_loss_bar(owner_client, value, buyer
     purchase(buyer, attribute, "0.5")
     html = owner_client.get(f"/portal/values/{value.id}/").content.decode()
     assert "chain-loss-" not in html and "oneshot-loss-" not in html and 'class="chain-loss"' not in html
-    assert "Chain (gradual-release randomized response)" in html
+    assert "Chain of randomized answers (gradual release)" in html
 
 
 @pytest.mark.parametrize("kind, raw, request_body, mechanism_words, guarantee", [
-    ("urr", "office", {"epsilon": "0.8"}, "uRR (utility-optimized randomized response)",
-     "ε-ULDP at ε = 0.8: sensitive or tagged answers are protected at ε, other answers may be revealed"),
-    ("urap", "clinic", {"epsilon": "0.6"}, "uRAP (utility-optimized RAPPOR)", "ε-ULDP at ε = 0.6"),
+    ("urr", "office", {"epsilon": "0.8"}, "Randomized answer that always protects sensitive answers (uRR)",
+     "sensitive or tagged answers protected at ε 0.8, other answers may be passed on exactly"),
+    ("urap", "clinic", {"epsilon": "0.6"}, "Randomized pattern of bits that always protects sensitive answers (uRAP)",
+     "sensitive or tagged answers protected at ε 0.6"),
     ("ternary", "daily", {"eps1": "1", "eps2": "1"},
-     "RR3 (three-state randomized response) — RR3‡ with ε1 = 1, ε2 = 1", "ε-LDP at ε = 1.379886; one-shot"),
-    ("ternary", "never", {"epsilon": "0.4"}, "RR3 (three-state randomized response) — EWRR3", "ε-LDP at ε = 0.4"),
-    ("graph", {"Alpha": 0.5}, {"eps1": "1", "eps2": "2"}, "LPP‡ (randomized edge report) with ε1 = 1, ε2 = 2",
-     "ε-LDP at ε = 2; one-shot, adds ε 2"),
-    ("distribution", {"walk": 1.0}, {"epsilon": "0.7"}, "Private sample of your distribution", "ε-LDP at ε = 0.7"),
+     "Randomized choice among three answers (RR3), with two levels set by the buyer: ε 1 and ε 1",
+     "your value protected at ε 1.379886; one-shot"),
+    ("ternary", "never", {"epsilon": "0.4"}, "Randomized choice among three answers (RR3), the two other answers equally likely",
+     "your value protected at ε 0.4"),
+    ("graph", {"Alpha": 0.5}, {"eps1": "1", "eps2": "2"}, "Randomized report about one of your links (LPP), with two levels set by the buyer: ε 1 and ε 2",
+     "your value protected at ε 2; one-shot, adds ε 2"),
+    ("distribution", {"walk": 1.0}, {"epsilon": "0.7"}, "Private sample of your distribution", "your value protected at ε 0.7"),
 ])
 def test_every_one_shot_release_is_listed_with_mechanism_charged_epsilon_and_guarantee(
         owner_client, owner, buyer, kind, raw, request_body, mechanism_words, guarantee):
@@ -392,9 +395,10 @@ def test_every_one_shot_release_is_listed_with_mechanism_charged_epsilon_and_gua
         assert mechanism_words in page and guarantee in page, url
         assert f"{charged} (one-shot)" in page and "Institute of Careful Statistics" in page
     html = owner_client.get(f"/portal/values/{value.id}/").content.decode()
-    assert re.search(rf'<meter id="oneshot-loss-{value.id}" class="part oneshot" min="0" max="5" value="{charged}"',
-                     html)
-    assert "ε 0: this value has no chain" in text(owner_client.get(f"/portal/values/{value.id}/"))
+    assert re.search(rf'<meter id="loss-{value.id}" min="0" max="5" value="{charged}"', html)
+    # a one-shot value has no chain: no chain and one-shot bars, no chain line in the chart nor in its legend
+    assert "chain-loss-" not in html and "oneshot-loss-" not in html and "loss-split" not in html
+    assert 'class="chain-loss"' not in html and "Chain part" not in html
     # a second sale adds its epsilon again (one-shot)
     oneshot_purchase(buyer, attribute, seed=1, **request_body)
     assert BudgetAccount.objects.get(value=value).oneshot_loss == 2 * p.charged_epsilon
