@@ -24,6 +24,22 @@ def money(value) -> str:
     return f"{Decimal(str(value)).quantize(Decimal('0.0001')):f}"
 
 
+@register.simple_tag
+def currency() -> str:
+    """The currency every amount is in (setting LDP_CURRENCY; docs/money.md)."""
+    from accounts.money import currency as setting
+
+    return setting()
+
+
+@register.filter
+def with_currency(value) -> str:
+    """An amount with its currency: ``12.3400 EUR`` (four places, as balances are kept)."""
+    from accounts.money import currency as setting
+
+    return f"{money(value)} {setting()}"
+
+
 @register.filter
 def uses_portal(user) -> bool:
     """Whether ``user`` may use the owner portal (``accounts.roles.can_use_portal``)."""
