@@ -72,10 +72,10 @@ def parse_amount(raw) -> Decimal:
         raise MoneyError(f"{raw!r} is not an amount: write it like 100.00.") from None
     if not amount.is_finite() or amount <= 0:
         raise MoneyError(f"The amount must be positive (got {raw}).")
+    if amount > MAX_AMOUNT:  # first: quantizing a huge number raises
+        raise MoneyError(f"The amount {raw} is above the limit of {MAX_AMOUNT}.")
     if amount != amount.quantize(CENT):
         raise MoneyError(f"The amount {raw} has more than two decimal places.")
-    if amount > MAX_AMOUNT:
-        raise MoneyError(f"The amount {raw} is above the limit of {MAX_AMOUNT}.")
     return amount.quantize(CENT)
 
 
