@@ -151,7 +151,7 @@ def payout_request(*, owner: User, amount=None) -> PayoutRequest:
         amount = parse_amount(amount)
         if amount > account.balance:
             raise PayoutRefused(f"You asked for {fmt(amount)} {currency()} but your earnings are "
-                                f"{fmt(account.balance)} {currency()}.")
+                                f"{account.balance.normalize():f} {currency()}.")
         payout = PayoutRequest(owner=owner, amount=amount)
         payout.hold = _move(account, -amount, MoneyEntry.Kind.PAYOUT, "payout requested")
         payout.save()
