@@ -71,7 +71,7 @@ def test_the_value_page_shows_releases_history_and_earnings(owner_client, value,
     assert len(earnings) == 2
     for amount in earnings:
         assert f"{amount:.4f}" in page
-    assert f"{sum(earnings):.4f} from 2 releases" in page
+    assert f"{sum(earnings):.4f} EUR from 2 releases" in page
     assert "Chain release at ε 1.5" in page and "Chain release at ε 0.5" in page
     assert page.count("Institute of Careful Statistics") == 2
     assert response.content.decode().count('class="release"') == 2
@@ -88,7 +88,7 @@ def test_the_releases_page_lists_every_release_with_earnings_and_the_total(owner
     response = owner_client.get("/portal/releases/")
     page = text(response)
     total = sum(MoneyEntry.objects.filter(account__user=owner).values_list("amount", flat=True))
-    assert f"You have earned {total:.4f} in total from 2 releases" in page
+    assert f"You have earned {total:.4f} EUR in total from 2 releases" in page
     assert "second question" in page and "favourite colour" in page
     rows = response.context["releases"]
     assert [r.epsilon for r in rows] == [D("2"), D("1")]
