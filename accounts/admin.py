@@ -431,6 +431,7 @@ def topup_action(model_admin, request, users):
     buyers = [u for u in users if roles.is_buyer(u)]
     skipped = [u.username for u in users if not roles.is_buyer(u)]
     form = TopUpForm(request.POST if "apply" in request.POST else None)
+    form.fields["amount"].label = f"Amount ({money.currency()})"
     if form.is_bound and form.is_valid() and buyers:
         amount, reason = form.cleaned_data["amount"], form.cleaned_data["reason"]
         with transaction.atomic():
