@@ -31,13 +31,13 @@ def _amount(value) -> str:
     return money.fmt(value)
 
 
-class AccountSerializer(serializers.Serializer):
+class MoneyAccountSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["buyer_credit", "owner_earnings"])
     currency = serializers.CharField(help_text="ISO 4217 code (setting LDP_CURRENCY).")
     balance = serializers.DecimalField(max_digits=14, decimal_places=2, coerce_to_string=True)
 
 
-class EntrySerializer(serializers.ModelSerializer):
+class MoneyEntrySerializer(serializers.ModelSerializer):
     amount = serializers.SerializerMethodField(help_text="Signed: negative when money left the account.")
     balance_after = serializers.SerializerMethodField()
     currency = serializers.SerializerMethodField()
@@ -83,7 +83,7 @@ class AccountView(APIView):
     permission_classes = [HasAccount]
 
     @extend_schema(summary="Your money account: balance and currency",
-                   responses={200: AccountSerializer, **_problems(401, 429, NoMoneyAccount)})
+                   responses={200: MoneyAccountSerializer, **_problems(401, 429, NoMoneyAccount)})
     def get(self, request):
         kind = money_selectors.account_kind(request.user)
         return Response({"kind": kind, "currency": money.currency(),
@@ -94,7 +94,7 @@ class StatementView(generics.ListAPIView):
     """Every movement of your account, newest first (cursor pagination)."""
 
     permission_classes = [HasAccount]
-    serializer_class = EntrySerializer
+    serializer_class = MoneyEntrySerializer
     filterset_class = StatementFilter
 
     def get_queryset(self):
@@ -104,7 +104,7 @@ class StatementView(generics.ListAPIView):
             return MoneyEntry.objects.none()
         return money_selectors.statement(user, kind)
 
-    @extend_schema(summary="Your account's statement", responses={200: EntrySerializer(many=True),
+    @extend_schema(summary="Your account's statement", responses={200: MoneyEntrySerializer(many=True),
                                                                   **_problems(400, 401, 429, NoMoneyAccount)})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
@@ -133,7 +133,7 @@ class FeeStatementView(StatementView):
         return money_selectors.platform_statement()
 
     @extend_schema(summary="The platform's fee statement",
-                   responses={200: EntrySerializer(many=True), **_problems(400, 401, 403, 429)})
+                   responses={200: MoneyEntrySerializer(many=True), **_problems(400, 401, 403, 429)})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
