@@ -366,9 +366,12 @@ def _eps(v: int) -> str:
 
 
 def _money(v: int) -> str:
+    """An amount in ten-thousandths, with the currency (docs/money.md)."""
     from decimal import Decimal
 
-    return str((Decimal(int(v)) / MONEY_UNITS).quantize(Decimal("0.0001")))
+    from django.conf import settings
+
+    return f"{(Decimal(int(v)) / MONEY_UNITS).quantize(Decimal('0.0001'))} {settings.LDP_CURRENCY}"
 
 
 def _status(code: int) -> str:

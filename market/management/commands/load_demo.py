@@ -291,7 +291,7 @@ def summary(base_url: str = BASE_URL) -> list[str]:
     credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
               .values_list("balance", flat=True).first() if buyer else None)
     owner_values = Value.objects.filter(owner__username=OWNER).count()
-    credit_text = "no credit account" if credit is None else f"credit {credit:.2f}"
+    credit_text = "no credit account" if credit is None else f"credit {credit:.2f} {settings.LDP_CURRENCY}"
     lines += [
         "",
         "Demo users:",
