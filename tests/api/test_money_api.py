@@ -85,7 +85,7 @@ def test_staff_tops_up_by_username_or_id_once_per_key(buyer):
     body = r.json()
     assert body["buyer"] == buyer.id and body["amount"] == "25.50" and body["balance_after"] == "125.50"
     assert body["reason"] == "invoice 42" and body["currency"] == "EUR" and body["id"] and body["created_at"]
-    again = c.post(TOPUPS, {"buyer": str(buyer.id), "amount": "25.50", "reason": "invoice 42"}, format="json",
+    again = c.post(TOPUPS, {"buyer": buyer.id, "amount": "25.50", "reason": "invoice 42"}, format="json",
                    HTTP_IDEMPOTENCY_KEY="t-1")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     assert credit(buyer) == Decimal("125.50")

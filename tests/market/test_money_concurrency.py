@@ -88,3 +88,17 @@ def test_topups_payouts_and_purchases_at_once_keep_every_cent(market_setup):  # 
     assert PayoutRequest.objects.filter(status="rejected").exists()
     report = audit.audit_budgets()
     assert report.ok, report.as_text()
+
+
+def test_concurrent_retries_of_one_top_up_credit_once(market_setup):  # noqa: F811
+    _, _, buyers = market_setup
+    buyer = buyers[0]
+    results = []
+
+    def retry():
+        results.append(money.money_topup(buyer=buyer, amount="1.00", reason="same", by=None,
+                                         idempotency_key="one-key").id)
+
+    assert run_concurrently([retry] * 6) == []
+    assert len(set(results)) == 1 and TopUp.objects.count() == 1
+    assert MoneyAccount.objects.get(user=buyer, kind="buyer_credit").balance == Decimal("11.00")
