@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from accounts.models import MoneyAccount, MoneyEntry, TopUp, User
 from accounts.roles import grant_role
-from tests.factories import AuditorFactory, BuyerFactory, OwnerFactory, StaffFactory
+from tests.factories import AuditorFactory, StaffFactory
 
 from .conftest import LABELS, assert_problem, buy, client_for, contribute, credit
 
