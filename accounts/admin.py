@@ -20,9 +20,11 @@ in step with the role.
 """
 from __future__ import annotations
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import F, Q
 from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
@@ -30,9 +32,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from ldpmarket.money import format_money
+
+from . import money, roles
 from .lockout import AdminSignInForm
-from .models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
-from . import roles
+from .models import (BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest,
+                     TopUp, User)
 from .roles import can_audit, sync_staff_flag
 
 admin.site.site_header = "ldpmarket console"
@@ -140,8 +145,6 @@ def plain_epsilon(eps) -> str:
 
 def money_text(amount) -> str:
     """An amount with its currency, for the admin's lists and pages (``ldpmarket.money``)."""
-    from ldpmarket.money import format_money
-
     return format_money(amount)
 
 
@@ -173,6 +176,18 @@ class UserAdmin(AuditMixin, DjangoUserAdmin):
     def save_model(self, request, obj, form, change):
         sync_staff_flag(obj)
         super().save_model(request, obj, form, change)
+
+    actions = ["top_up_credit"]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if not roles.is_staff_role(request.user):
+            actions.pop("top_up_credit", None)
+        return actions
+
+    @admin.action(description="Top up the selected buyers' credit (with a reason)")
+    def top_up_credit(self, request, queryset):
+        return topup_action(self, request, list(queryset.order_by("id")))
 
 
 # =============================================================================================
@@ -424,24 +439,73 @@ class LedgerHeadAdmin(ReadOnlyAdmin):
 
 
 # =============================================================================================
-# Money (read-only)
+# Money: read-only, changed only by the money services (accounts/money.py): top-ups and payouts
 # =============================================================================================
+
+with_currency = format_money  # an amount with its currency (ldpmarket.money)
+
+
+class TopUpForm(forms.Form):
+    amount = forms.DecimalField(min_value=money.CENT, max_value=money.MAX_AMOUNT, decimal_places=2,
+                                help_text="Per buyer, at most two decimals.")
+    reason = forms.CharField(max_length=200, help_text="Why the credit is given (kept with the movement).")
+
+
+def topup_action(model_admin, request, users):
+    """The admin action behind "Top up": a form (amount, reason), then one ``money_topup`` per buyer."""
+    if not roles.is_staff_role(request.user):
+        raise PermissionDenied
+    buyers = [u for u in users if roles.is_buyer(u)]
+    skipped = [u.username for u in users if not roles.is_buyer(u)]
+    form = TopUpForm(request.POST if "apply" in request.POST else None)
+    form.fields["amount"].label = f"Amount ({money.currency()})"
+    if form.is_bound and form.is_valid() and buyers:
+        amount, reason = form.cleaned_data["amount"], form.cleaned_data["reason"]
+        with transaction.atomic():
+            for buyer in buyers:
+                money.money_topup(buyer=buyer, amount=amount, reason=reason, by=request.user)
+        model_admin.message_user(request, f"Credited {with_currency(amount)} to {len(buyers)} buyer(s): "
+                                          f"{', '.join(b.username for b in buyers)}.", messages.SUCCESS)
+        return None
+    if not buyers:
+        model_admin.message_user(request, "None of the selected users is a buyer: nothing to top up.", messages.ERROR)
+        return None
+    return TemplateResponse(request, "admin/money/topup.html", {
+        **model_admin.admin_site.each_context(request), "title": "Top up credit", "form": form, "buyers": buyers,
+        "skipped": skipped, "currency": money.currency(), "action": request.POST.get("action"),
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)})
 
 @admin.register(MoneyAccount)
 class MoneyAccountAdmin(ReadOnlyAdmin):
-    list_display = ("id", "owner_of_account", "kind", "balance_text")
+    list_display = ("id", "owner_of_account", "kind", "balance_shown")
     list_filter = ("kind",)
     list_select_related = ("user",)
     search_ids = ("id", "user_id")
     search_users = ("user",)
     search_help_text = "An account or user id, or a username."
     ordering = ("id",)
-    fields = ("id", "owner_of_account", "kind", "balance_text", "entries")
-    readonly_fields = ("id", "owner_of_account", "balance_text", "entries")
+    fields = ("id", "owner_of_account", "kind", "balance_shown", "entries")
+    readonly_fields = ("id", "owner_of_account", "balance_shown", "entries")
+    actions = ["top_up_credit"]
+
+    def get_actions(self, request):
+        if not roles.is_staff_role(request.user):
+            return {}
+        return admin.ModelAdmin.get_actions(self, request)
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and not roles.is_staff_role(request.user):
+            raise PermissionDenied
+        return admin.ModelAdmin.changelist_view(self, request, extra_context)
+
+    @admin.action(description="Top up the selected buyer accounts (with a reason)")
+    def top_up_credit(self, request, queryset):
+        accounts = queryset.filter(kind=MoneyAccount.Kind.BUYER_CREDIT).select_related("user").order_by("id")
+        return topup_action(self, request, [a.user for a in accounts])
 
     @admin.display(description="balance", ordering="balance")
-    def balance_text(self, obj):
-        return money_text(obj.balance)
+    def balance_shown(self, obj):
+        return with_currency(obj.balance)
 
     @admin.display(description="user", ordering="user__username")
     def owner_of_account(self, obj):
@@ -455,23 +519,25 @@ class MoneyAccountAdmin(ReadOnlyAdmin):
 
 @admin.register(MoneyEntry)
 class MoneyEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text", "memo")
-    list_filter = ("account__kind", ("created_at", admin.DateFieldListFilter))
+    list_display = ("id", "created_at", "account_name", "kind", "purchase_link", "amount_shown", "balance_after_shown",
+                    "memo")
+    list_filter = ("account__kind", "kind", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("account__user",)
     search_ids = ("account_id", "purchase_id")
     search_users = ("account__user",)
     search_help_text = "An account or purchase id, or a username."
     ordering = ("-id",)
-    fields = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text", "memo")
-    readonly_fields = ("id", "created_at", "account_name", "purchase_link", "amount_text", "balance_after_text")
+    fields = ("id", "created_at", "account_name", "kind", "purchase_link", "amount_shown", "balance_after_shown",
+              "memo")
+    readonly_fields = ("id", "created_at", "account_name", "purchase_link", "amount_shown", "balance_after_shown")
 
     @admin.display(description="amount", ordering="amount")
-    def amount_text(self, obj):
-        return money_text(obj.amount)
+    def amount_shown(self, obj):
+        return with_currency(obj.amount)
 
-    @admin.display(description="balance after", ordering="balance_after")
-    def balance_after_text(self, obj):
-        return money_text(obj.balance_after)
+    @admin.display(description="balance after")
+    def balance_after_shown(self, obj):
+        return with_currency(obj.balance_after)
 
     @admin.display(description="account", ordering="account_id")
     def account_name(self, obj):
@@ -483,3 +549,74 @@ class MoneyEntryAdmin(ReadOnlyAdmin):
     def purchase_link(self, obj):
         return admin_link("market_purchase", obj.purchase_id)
 
+
+
+@admin.register(TopUp)
+class TopUpAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "buyer", "amount_shown", "reason", "by")
+    list_select_related = ("buyer", "by")
+    search_ids = ("id", "buyer_id")
+    search_users = ("buyer", "by")
+    search_help_text = "A top-up or user id, or a username."
+    ordering = ("-id",)
+    fields = ("id", "created_at", "buyer", "amount_shown", "reason", "by", "idempotency_key", "entry")
+    readonly_fields = ("id", "created_at", "amount_shown")
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_shown(self, obj):
+        return with_currency(obj.amount)
+
+
+@admin.register(PayoutRequest)
+class PayoutRequestAdmin(ReadOnlyAdmin):
+    """Owners' payout requests; staff settle them once paid, or reject them (the amount goes back)."""
+
+    list_display = ("id", "requested_at", "owner", "amount_shown", "status", "decided_at", "decided_by", "note")
+    list_filter = ("status",)
+    list_select_related = ("owner", "decided_by")
+    search_ids = ("id", "owner_id")
+    search_users = ("owner",)
+    search_help_text = "A payout or user id, or a username."
+    ordering = ("-id",)
+    fields = ("id", "requested_at", "owner", "amount_shown", "status", "decided_at", "decided_by", "note", "hold",
+              "release")
+    readonly_fields = ("id", "requested_at", "amount_shown")
+    actions = ["settle", "reject"]
+
+    def get_actions(self, request):
+        if not roles.is_staff_role(request.user):
+            return {}
+        return admin.ModelAdmin.get_actions(self, request)
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and not roles.is_staff_role(request.user):
+            raise PermissionDenied
+        return admin.ModelAdmin.changelist_view(self, request, extra_context)
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_shown(self, obj):
+        return with_currency(obj.amount)
+
+    def _decide(self, request, queryset, service, verb):
+        if not roles.is_staff_role(request.user):
+            raise PermissionDenied
+        done, refused = [], []
+        for pid in queryset.order_by("id").values_list("id", flat=True):
+            try:
+                done.append(service(payout_id=pid, by=request.user, note=f"{verb} in the admin"))
+            except money.PayoutRefused as e:
+                refused.append(str(e))
+        if done:
+            total = sum(p.amount for p in done)
+            self.message_user(request, f"{verb.capitalize()} {len(done)} payout(s), {with_currency(total)}.",
+                              messages.SUCCESS)
+        for line in refused:
+            self.message_user(request, line, messages.WARNING)
+
+    @admin.action(description="Settle the selected payouts (paid to the owners)")
+    def settle(self, request, queryset):
+        self._decide(request, queryset, money.payout_settle, "settled")
+
+    @admin.action(description="Reject the selected payouts (the amounts go back to the owners' earnings)")
+    def reject(self, request, queryset):
+        self._decide(request, queryset, money.payout_reject, "rejected")

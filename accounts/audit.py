@@ -39,7 +39,13 @@ of its one-shot releases' epsilons.
 ``balance_after`` (each entry's ``balance_after`` is the running sum); per
 purchase the buyer's debit equals the price and equals the owners' shares plus
 the platform fee; only owners whose values were released are paid; earnings
-and fees never appear without a purchase.
+and fees never appear without a purchase.  Each top-up is one credit of its
+buyer's account by its amount, each payout request one debit of its owner's
+earnings by its amount (and, if rejected, one credit back); every top-up and
+payout movement belongs to its record, purchases' movements (kinds purchase,
+fee, earning) name their purchase and no other movement does; and money is
+neither created nor lost: all balances add up to what came in (top-ups and
+other deposits) less what was paid out (docs/money.md).
 
 The same module holds the empirical privacy audit (:func:`privacy_audit`,
 spec gradual-release.md section 7), the overview figures of the admin console,
@@ -64,7 +70,8 @@ from django.utils import timezone
 
 from . import ledger
 from .epsilon import MICRO, from_micro
-from .models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry
+from .models import (BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest,
+                     TopUp)
 from .schedule import ceilings_micro
 
 KINDS = list(LedgerEntry.Kind.values)
@@ -74,6 +81,11 @@ SHAPES = ledger.SHAPES  # "", "linear", "steps"
 MONEY_UNITS = 10_000
 ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform
 A_BUYER, A_OWNER, A_PLATFORM = (ACCOUNT_KINDS.index(k) for k in ("buyer_credit", "owner_earnings", "platform"))
+MONEY_KINDS = list(MoneyEntry.Kind.values)  # topup, purchase, earning, payout, fee, adjustment
+M_TOPUP, M_PURCHASE, M_EARNING, M_PAYOUT, M_FEE, M_ADJUST = (MONEY_KINDS.index(k) for k in (
+    "topup", "purchase", "earning", "payout", "fee", "adjustment"))
+PAYOUT_STATUSES = list(PayoutRequest.Status.values)  # requested, settled, rejected
+P_REJECTED = PAYOUT_STATUSES.index("rejected")
 STATUSES = ["pending", "running", "completed", "failed"]
 S_COMPLETED = STATUSES.index("completed")
 GUARANTEES = ledger.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
@@ -237,9 +249,18 @@ def read_money() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     accounts = _cols(_fetch(["id", _code("kind", ACCOUNT_KINDS), _int("COALESCE(user_id, -1)"), _units("balance")],
                             MoneyAccount._meta.db_table), ["id", "kind", "user", "balance"])
     entries = _cols(_fetch(["id", "account_id", _int("COALESCE(purchase_id, -1)"), _units("amount"),
-                            _units("balance_after")], MoneyEntry._meta.db_table),
-                    ["id", "account", "purchase", "amount", "balance_after"])
+                            _units("balance_after"), _code("kind", MONEY_KINDS)], MoneyEntry._meta.db_table),
+                    ["id", "account", "purchase", "amount", "balance_after", "kind"])
     return accounts, entries
+
+
+def read_topups_payouts() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    topups = _cols(_fetch(["id", "entry_id", "buyer_id", _units("amount")], TopUp._meta.db_table),
+                   ["id", "entry", "buyer", "amount"])
+    payouts = _cols(_fetch(["id", "hold_id", _int("COALESCE(release_id, -1)"), "owner_id", _units("amount"),
+                            _code("status", PAYOUT_STATUSES)], PayoutRequest._meta.db_table),
+                    ["id", "hold", "release", "owner", "amount", "status"])
+    return topups, payouts
 
 
 def _lookup(keys: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -345,9 +366,12 @@ def _eps(v: int) -> str:
 
 
 def _money(v: int) -> str:
+    """An amount in ten-thousandths, with the currency (docs/money.md)."""
     from decimal import Decimal
 
-    return str((Decimal(int(v)) / MONEY_UNITS).quantize(Decimal("0.0001")))
+    from django.conf import settings
+
+    return f"{(Decimal(int(v)) / MONEY_UNITS).quantize(Decimal('0.0001'))} {settings.LDP_CURRENCY}"
 
 
 def _status(code: int) -> str:
@@ -413,13 +437,15 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         purchases = read_purchases()
         chunks = read_chunks()
         accounts, money = read_money()
+        topups, payouts = read_topups_payouts()
 
     _check_hash_chain(rec, e, blocks, prev_hashes, hashes, head, anchor)
     final = _check_replay(rec, e)
     _check_budget_rows(rec, e, final, budgets, values, now_us)
     _check_purchases(rec, e, purchases, values)
     _check_oneshot(rec, e, purchases, budgets, chunks)
-    _check_money(rec, e, purchases, values, accounts, money)
+    _check_money(rec, e, purchases, values, accounts, money, payouts)
+    _check_topups_payouts(rec, accounts, money, topups, payouts)
 
     stats = {"blocks": int(blocks["id"].size), "ledger_entries": int(e["id"].size),
              "values": int(values["id"].size), "budgets": int(budgets["value"].size),
@@ -791,7 +817,7 @@ def _check_oneshot(rec: _Recorder, e, p, b, chunks) -> None:
 
 # --------------------------------------------------------------------------------------------- money
 
-def _check_money(rec: _Recorder, e, p, values, a, m) -> None:
+def _check_money(rec: _Recorder, e, p, values, a, m, payouts) -> None:
     S = "Money"
     na, nm = a["id"].size, m["id"].size
     apos, afound = _lookup(a["id"], m["account"])
@@ -837,7 +863,8 @@ def _check_money(rec: _Recorder, e, p, values, a, m) -> None:
     ppos, pfound = _lookup(p["id"], m["purchase"])
     rec.check(S, "money entries name existing purchases", with_p & ~pfound, int(with_p.sum()),
               lambda i: f"money entry {m['id'][i]} names purchase {m['purchase'][i]}, which does not exist")
-    unexplained = ~with_p & ((kind == A_OWNER) | (kind == A_PLATFORM)) & (m["amount"] > 0)
+    returned = np.isin(m["id"], payouts["release"])  # a rejected payout credits the owner's earnings back
+    unexplained = ~with_p & ((kind == A_OWNER) | (kind == A_PLATFORM)) & (m["amount"] > 0) & ~returned
     rec.check(S, "earnings and fees are credited only by purchases", unexplained, int((~with_p).sum()),
               lambda i: f"money entry {m['id'][i]}: {_money(m['amount'][i])} credited to account {m['account'][i]} "
                         f"({ACCOUNT_KINDS[kind[i]]}) without a purchase")
@@ -874,6 +901,61 @@ def _check_money(rec: _Recorder, e, p, values, a, m) -> None:
     rec.check(S, "only owners whose values a purchase released are paid by it", unpaid, paid.size,
               lambda i: f"money entry {m['id'][i]}: owner {user[i]} paid {_money(m['amount'][i])} by purchase "
                         f"{m['purchase'][i]}, which released none of their values")
+
+
+def _check_topups_payouts(rec: _Recorder, a, m, t, po) -> None:
+    S = "Money"
+    nm = m["id"].size
+    apos, afound = _lookup(a["id"], m["account"])
+    kind = np.where(afound, a["kind"][apos], -1)
+    user = np.where(afound, a["user"][apos], -2)
+
+    def movement(entry_ids):
+        """Position of each entry id among the entries, whether found, and its account kind, user and amount."""
+        pos, found = _lookup(m["id"], entry_ids)
+        pick = lambda col, none: np.where(found, col[pos] if nm else none, none)  # noqa: E731
+        return (found, pick(kind, -1), pick(user, -2), pick(m["amount"], 0), pick(m["kind"], -1),
+                pick(m["account"], -1))
+
+    found, akind, auser, amount, mkind, _ = movement(t["entry"])
+    bad = ~found | (akind != A_BUYER) | (auser != t["buyer"]) | (amount != t["amount"]) | (mkind != M_TOPUP)
+    rec.check(S, "each top-up is one credit of its buyer's account by its amount", bad, t["id"].size,
+              lambda i: f"top-up {t['id'][i]} of {_money(t['amount'][i])} to user {t['buyer'][i]}: its movement "
+                        f"{t['entry'][i]} credits {_money(amount[i])} to a "
+                        f"{ACCOUNT_KINDS[akind[i]] if akind[i] >= 0 else 'missing'} account of user {auser[i]}")
+    hfound, hkind, huser, hamount, hmkind, hacc = movement(po["hold"])
+    rfound, rkind, ruser, ramount, rmkind, racc = movement(po["release"])
+    rejected = po["status"] == P_REJECTED
+    bad = (~hfound | (hkind != A_OWNER) | (huser != po["owner"]) | (hamount != -po["amount"]) | (hmkind != M_PAYOUT)
+           | np.where(rejected, ~rfound | (racc != hacc) | (ramount != po["amount"]) | (rmkind != M_PAYOUT),
+                      po["release"] >= 0))
+    rec.check(S, "each payout holds its amount from its owner's earnings (and a rejected one returns it)", bad,
+              po["id"].size,
+              lambda i: f"payout {po['id'][i]} of {_money(po['amount'][i])} for owner {po['owner'][i]} "
+                        f"({PAYOUT_STATUSES[po['status'][i]] if po['status'][i] >= 0 else '?'}): hold "
+                        f"{_money(hamount[i])} on user {huser[i]}'s account, returned {_money(ramount[i])}")
+    recorded = np.concatenate([t["entry"], po["hold"], po["release"][po["release"] >= 0]])
+    orphan = ((m["kind"] == M_TOPUP) | (m["kind"] == M_PAYOUT)) & ~np.isin(m["id"], recorded)
+    rec.check(S, "every top-up and payout movement belongs to its top-up or payout request", orphan, nm,
+              lambda i: f"money entry {m['id'][i]}: {_money(m['amount'][i])} "
+                        f"({MONEY_KINDS[m['kind'][i]] if m['kind'][i] >= 0 else '?'}) on account {m['account'][i]} "
+                        f"without a record")
+    of_sale = (m["kind"] == M_PURCHASE) | (m["kind"] == M_FEE) | (m["kind"] == M_EARNING)
+    expected = np.select([kind == A_BUYER, kind == A_PLATFORM, kind == A_OWNER], [M_PURCHASE, M_FEE, M_EARNING], -1)
+    with_p = m["purchase"] >= 0
+    bad = (m["kind"] < 0) | (of_sale != with_p) | (with_p & (m["kind"] != expected))
+    rec.check(S, "purchases' movements (purchase, fee, earning) name their purchase, and only they do", bad, nm,
+              lambda i: f"money entry {m['id'][i]}: kind "
+                        f"{MONEY_KINDS[m['kind'][i]] if m['kind'][i] >= 0 else 'unknown'} on a "
+                        f"{ACCOUNT_KINDS[kind[i]] if kind[i] >= 0 else '?'} account, purchase "
+                        f"{m['purchase'][i] if with_p[i] else 'none'}")
+    inflow = int(m["amount"][(m["kind"] == M_TOPUP) | (m["kind"] == M_ADJUST)].sum())
+    outflow = -int(m["amount"][m["kind"] == M_PAYOUT].sum())
+    held = int(a["balance"].sum())
+    rec.check(S, "money is neither created nor lost: balances = top-ups and deposits - payouts",
+              np.array([held != inflow - outflow]), 1,
+              lambda i: f"balances add up to {_money(held)}; top-ups and deposits {_money(inflow)} less payouts "
+                        f"{_money(outflow)} make {_money(inflow - outflow)}")
 
 
 # =============================================================================================

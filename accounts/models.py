@@ -260,17 +260,85 @@ class MoneyEntry(models.Model):
     account = models.ForeignKey(MoneyAccount, on_delete=models.PROTECT, related_name="entries")
     purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="money_entries")
+    class Kind(models.TextChoices):
+        TOPUP = "topup", "Top-up"
+        PURCHASE = "purchase", "Purchase"
+        EARNING = "earning", "Earning"
+        PAYOUT = "payout", "Payout"
+        FEE = "fee", "Platform fee"
+        ADJUSTMENT = "adjustment", "Adjustment"
+
     amount = models.DecimalField(**MONEY)
     balance_after = models.DecimalField(**MONEY)
+    kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.ADJUSTMENT,
+                            db_default=Kind.ADJUSTMENT)
     memo = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = "money entry"
         verbose_name_plural = "money entries"
-        constraints = [models.CheckConstraint(condition=Q(balance_after__gte=0), name="money_entry_balance_nonnegative")]
+        constraints = [
+            models.CheckConstraint(condition=Q(balance_after__gte=0), name="money_entry_balance_nonnegative"),
+            models.CheckConstraint(condition=~Q(kind="topup") | Q(amount__gt=0), name="money_topup_credits"),
+        ]
 
     def __str__(self) -> str:
         from ldpmarket.money import format_money
 
         return f"Money entry #{self.pk}: {format_money(self.amount)} on account #{self.account_id}"
+
+
+class TopUp(models.Model):
+    """An operator's credit to a buyer's account: who, how much, why (docs/money.md).  Its ``entry`` is the money
+    movement; ``idempotency_key`` makes a retried top-up credit once."""
+
+    buyer = models.ForeignKey(User, on_delete=models.PROTECT, related_name="topups")
+    amount = models.DecimalField(**MONEY)
+    reason = models.CharField(max_length=200)
+    by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="topups_made")
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    entry = models.OneToOneField(MoneyEntry, on_delete=models.PROTECT, related_name="topup")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "top-up"
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="topup_amount_positive"),
+            models.CheckConstraint(condition=~Q(reason=""), name="topup_reason_given"),
+        ]
+
+
+class PayoutRequest(models.Model):
+    """An owner's request to be paid their earnings (docs/money.md).  Requesting debits the earnings account at
+    once (``hold``, a payout movement), so held money cannot be spent twice and a payout never exceeds the
+    balance (the balance's CHECK); settling records that it was paid out; rejecting credits it back
+    (``release``)."""
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested", "Requested"
+        SETTLED = "settled", "Settled"
+        REJECTED = "rejected", "Rejected"
+
+    owner = models.ForeignKey(User, on_delete=models.PROTECT, related_name="payout_requests")
+    amount = models.DecimalField(**MONEY)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
+    hold = models.OneToOneField(MoneyEntry, on_delete=models.PROTECT, related_name="payout_hold")
+    release = models.OneToOneField(MoneyEntry, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="payout_release")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="payouts_decided")
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="payout_amount_positive"),
+            models.CheckConstraint(condition=Q(status="requested", decided_at__isnull=True)
+                                   | (~Q(status="requested") & Q(decided_at__isnull=False)),
+                                   name="payout_decided_when_not_requested"),
+            models.CheckConstraint(condition=Q(status="rejected", release__isnull=False)
+                                   | (~Q(status="rejected") & Q(release__isnull=True)),
+                                   name="payout_released_only_when_rejected"),
+        ]

@@ -14,8 +14,8 @@ PLACES = Decimal("0.0001")
 
 
 def currency() -> str:
-    """The currency of every amount in the market (setting ``LDP_CURRENCY``, "EUR" when unset)."""
-    return getattr(settings, "LDP_CURRENCY", "EUR")
+    """The currency of every amount in the market (setting ``LDP_CURRENCY``, an ISO 4217 code; docs/money.md)."""
+    return settings.LDP_CURRENCY
 
 
 def format_amount(amount) -> str:

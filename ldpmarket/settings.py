@@ -171,6 +171,10 @@ AXES_SENSITIVE_PARAMETERS = ["username", "password"]
 AXES_VERBOSE = False
 
 # API tokens (django-rest-knox): a digest at rest, an expiry, revocable; sent as "Authorization: Token <token>".
+# Money (docs/money.md): every amount is in this currency, an ISO 4217 code, shown wherever money is.
+LDP_CURRENCY = env("LDP_CURRENCY", default="EUR").strip().upper()
+if not (len(LDP_CURRENCY) == 3 and LDP_CURRENCY.isascii() and LDP_CURRENCY.isalpha()):
+    raise environ.ImproperlyConfigured("LDP_CURRENCY must be an ISO 4217 code such as EUR or USD (docs/money.md).")
 LDP_TOKEN_TTL_HOURS = env.int("LDP_TOKEN_TTL_HOURS", default=24)
 REST_KNOX = {
     "TOKEN_TTL": timedelta(hours=LDP_TOKEN_TTL_HOURS),

@@ -462,16 +462,19 @@ def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) ->
         _move_money_pg(purchase, ids, moves, after, slot, now)
         return
     memos = np.array(MEMOS)[np.minimum(slot, 2)]
+    kinds = np.array(ENTRY_KINDS)[np.minimum(slot, 2)]
     as_dec = lambda a: _column_units(a)  # noqa: E731
     bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], zip(ids.tolist(), as_dec(after)),
                      types={"id": "bigint", "balance": "numeric(16,4)"})
     bulk.insert_rows(MoneyEntry._meta.db_table,
-                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "created_at"],
+                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "kind", "created_at"],
                      zip(ids.tolist(), [purchase.id] * ids.size, as_dec(moves), as_dec(after), memos.tolist(),
-                         [now] * ids.size))
+                         kinds.tolist(), [now] * ids.size))
 
 
 MEMOS = ("purchase", "platform fee", "share of a sale")
+#: The ``MoneyEntry.kind`` of the same three movements (buyer, platform, owners).
+ENTRY_KINDS = (MoneyEntry.Kind.PURCHASE.value, MoneyEntry.Kind.FEE.value, MoneyEntry.Kind.EARNING.value)
 
 
 def _move_money_pg(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarray, slot: np.ndarray, now) -> None:
@@ -495,6 +498,7 @@ def _move_money_pg(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarr
             "amount": pgbinary.Column.numeric(moves, 4),
             "balance_after": pgbinary.Column.numeric(after, 4),
             "memo": pgbinary.Column.text(np.minimum(slot, 2), MEMOS),
+            "kind": pgbinary.Column.text(np.minimum(slot, 2), ENTRY_KINDS),
             "created_at": pgbinary.Column.int8(np.full(ids.size, pgbinary.timestamp_micros(now)))}, ids.size)
 
 

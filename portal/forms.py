@@ -526,3 +526,14 @@ class PumTagForm(PlainLabels, forms.Form):
             raise ValidationError("Please choose one of the tags, or no tag.", code="required")
         return self.cleaned_data["tag"]
 
+
+
+class PayoutForm(PlainLabels, forms.Form):
+    """An owner's payout request: an amount, or blank for the whole earnings balance (whole cents)."""
+
+    amount = forms.DecimalField(
+        label="Amount", required=False, min_value=Decimal("0.01"), max_digits=14, decimal_places=2,
+        help_text="Leave blank to ask for your whole earnings balance (in whole cents).",
+        error_messages={"min_value": "Please enter a positive amount.",
+                        "max_decimal_places": "Please use at most two decimal places (cents).",
+                        "invalid": "Please enter an amount such as 25.00."})

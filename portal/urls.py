@@ -21,4 +21,6 @@ urlpatterns = [
     path("values/<int:value_id>/sensitivity-tag/", views.pum_tag, name="pum-tag"),
     path("releases/", views.releases, name="releases"),
     path("export/", views.export, name="export"),
+    path("money/", views.money_page, name="money"),
+    path("money/payout/", views.payout, name="payout"),
 ]

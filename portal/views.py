@@ -31,7 +31,7 @@ from market.domain import InvalidValue
 from market.services import value_create, value_delete_raw, value_set_pum_tag
 
 from . import charts, selectors
-from .forms import CeilingForm, ContributeForm, PumTagForm, ScheduleForm, SignInForm, SignUpForm
+from .forms import CeilingForm, ContributeForm, PayoutForm, PumTagForm, ScheduleForm, SignInForm, SignUpForm
 from .services import user_signup
 
 
@@ -177,6 +177,47 @@ def releases(request):
     page, rows = selectors.release_page(request.user, request.GET.get("page"))
     return render(request, "portal/releases.html", {
         "page": page, "releases": rows, "earnings": selectors.earnings_total(request.user)})
+
+
+# ----------------------------------------------------------------------------------------------- money
+
+@owner_required
+@require_http_methods(["GET"])
+def money_page(request):
+    """Earnings balance, payout requests and the statement of every movement (docs/money.md)."""
+    from django.core.paginator import Paginator
+
+    from accounts import money_selectors
+    from accounts.models import MoneyAccount
+
+    owner = request.user
+    page = Paginator(money_selectors.statement(owner, MoneyAccount.Kind.OWNER_EARNINGS), 25).get_page(
+        request.GET.get("page"))
+    payouts = list(money_selectors.payouts(owner)[:20])
+    return render(request, "portal/money.html", {
+        "balance": money_selectors.balance(owner, MoneyAccount.Kind.OWNER_EARNINGS),
+        "held": sum((p.amount for p in payouts if p.status == p.Status.REQUESTED), Decimal(0)),
+        "payouts": payouts, "page": page, "entries": page.object_list,
+        "form": PayoutForm(auto_id="payout_%s")})
+
+
+@owner_required
+@require_POST
+def payout(request):
+    from accounts import money
+
+    form = PayoutForm(request.POST, auto_id="payout_%s")
+    if form.is_valid():
+        try:
+            p = money.payout_request(owner=request.user, amount=form.cleaned_data["amount"])
+        except (money.PayoutRefused, money.MoneyError) as e:
+            messages.error(request, str(e))
+        else:
+            messages.success(request, f"Payout {p.id} of {money.fmt(p.amount)} {money.currency()} requested: the "
+                                      f"operator settles it.")
+    else:
+        messages.error(request, " ".join(m for errs in form.errors.values() for m in errs))
+    return redirect("portal:money")
 
 
 # ----------------------------------------------------------------------------------------------- contribute

@@ -3,6 +3,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
+from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
 from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
@@ -19,5 +20,9 @@ urlpatterns = [
     path("auth/logout/", RevokeTokenView.as_view(), name="token-revoke"),
     path("auth/logout-all/", RevokeAllTokensView.as_view(), name="token-revoke-all"),
     path("quotes/", QuoteView.as_view(), name="quote"),
+    path("account/", AccountView.as_view(), name="account"),
+    path("account/statement/", StatementView.as_view(), name="account-statement"),
+    path("staff/topups/", TopUpView.as_view(), name="staff-topups"),
+    path("staff/fees/", FeeStatementView.as_view(), name="staff-fees"),
     *router.urls,
 ]

@@ -25,6 +25,18 @@ def money(value) -> str:
     return format_money(value)
 
 
+@register.simple_tag
+def currency() -> str:
+    """The currency every amount is in (setting LDP_CURRENCY; docs/money.md)."""
+    from ldpmarket.money import currency as setting
+
+    return setting()
+
+
+#: The money engineer's name for the same filter: an amount with its currency (``ldpmarket.money``).
+with_currency = register.filter("with_currency", money)
+
+
 @register.filter
 def uses_portal(user) -> bool:
     """Whether ``user`` may use the owner portal (``accounts.roles.can_use_portal``)."""

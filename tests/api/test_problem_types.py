@@ -36,6 +36,8 @@ NOT_FROM_THE_API = {
     "ldpmarket.pgbinary.CopyFormatError": "a fault (500), logged",
     "ldpmarket.api.TrailingSlashRequired": "the middleware, for paths that are no operation",
     "accounts.epsilon.EpsilonError": "sent as invalid-input, the generic type of invalid fields",
+    "accounts.money.MoneyError": "sent as invalid-input on the field amount",
+    "accounts.money.PayoutRefused": "the owner portal, the admin and settle_payouts",
 }
 
 

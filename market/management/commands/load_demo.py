@@ -35,7 +35,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import MoneyAccount, MoneyEntry, User
+from accounts.models import MoneyAccount, User
+from accounts.money import money_topup
 from accounts.services import Schedule
 from market import domain, sealing
 from market.models import Attribute, Dataset, Value
@@ -103,11 +104,7 @@ def demo_users() -> tuple[User, User]:
                       email="demo-buyer@example.org")
         owner = _user(OWNER, OWNER_PASSWORD, role=User.Role.OWNER, email="demo-owner@example.org")
         if not MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT).exists():
-            # TODO(lead): replace with the money service (credit top-up) once it exists.
-            account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT,
-                                                  balance=BUYER_CREDIT)
-            MoneyEntry.objects.create(account=account, amount=BUYER_CREDIT, balance_after=BUYER_CREDIT,
-                                      memo="Demo credit (load_demo)")
+            money_topup(buyer=buyer, amount=BUYER_CREDIT, reason="Demo credit (load_demo)", by=None)
     return buyer, owner
 
 
@@ -294,7 +291,7 @@ def summary(base_url: str = BASE_URL) -> list[str]:
     credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
               .values_list("balance", flat=True).first() if buyer else None)
     owner_values = Value.objects.filter(owner__username=OWNER).count()
-    credit_text = "no credit account" if credit is None else f"credit {credit:.2f}"
+    credit_text = "no credit account" if credit is None else f"credit {credit:.2f} {settings.LDP_CURRENCY}"
     lines += [
         "",
         "Demo users:",

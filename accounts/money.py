@@ -1,0 +1,187 @@
+"""Money services: operators' top-ups and owners' payouts (docs/money.md).
+
+Each service is one transaction that locks the money accounts it moves in the global order the purchases use
+(platform, buyer credit, owners' earnings by id: ``market.purchases._lock_money``), changes each balance and writes
+one ``MoneyEntry`` per movement with the balance after it, so the audit replays every account.  Amounts are exact
+``Decimal`` with at most two places (cents), in the currency of the setting ``LDP_CURRENCY``.
+
+* ``money_topup`` credits a buyer (an entry of kind ``topup`` whose memo is the reason, and a ``TopUp`` saying who
+  and why; an idempotency key makes a retried top-up credit once);
+* ``payout_request`` debits an owner's earnings into a held payout (kind ``payout``): the balance's CHECK means a
+  payout never exceeds it, and held money cannot be spent twice;
+* ``payout_settle`` records that a held payout was paid (no money moves: it already left the earnings account;
+  a payment provider would be called here, see docs/money.md);
+* ``payout_reject`` credits a held payout back to the owner (kind ``payout``, positive).
+"""
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ldpmarket import money as money_display
+from ldpmarket.problems import DomainError
+
+from . import roles
+from .models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+
+CENT = Decimal("0.01")
+#: The largest amount one movement may carry (balances are NUMERIC(16, 4)).
+MAX_AMOUNT = Decimal("1000000000.00")
+
+
+class MoneyError(DomainError, ValueError):
+    """An amount that is not a positive number of cents, or too large."""
+
+    status = 400
+    slug = "invalid-amount"
+    title = "Invalid amount"
+
+
+class NotABuyer(DomainError, ValueError):
+    status = 400
+    slug = "not-a-buyer"
+    title = "Not a buyer"
+
+
+class TopUpConflict(DomainError):
+    status = 409
+    slug = "topup-key-reused"
+    title = "Idempotency-Key used for another top-up"
+
+
+class PayoutRefused(DomainError):
+    status = 409
+    slug = "payout-refused"
+    title = "Payout refused"
+
+
+currency = money_display.currency  # the setting LDP_CURRENCY (one definition: ldpmarket.money)
+
+
+def parse_amount(raw) -> Decimal:
+    """A positive amount of at most two decimal places, as an exact Decimal; ``MoneyError`` otherwise."""
+    if isinstance(raw, float):
+        raw = repr(raw)
+    try:
+        amount = Decimal(str(raw).strip())
+    except (InvalidOperation, ValueError):
+        raise MoneyError(f"{raw!r} is not an amount: write it like 100.00.") from None
+    if not amount.is_finite() or amount <= 0:
+        raise MoneyError(f"The amount must be positive (got {raw}).")
+    if amount > MAX_AMOUNT:  # first: quantizing a huge number raises
+        raise MoneyError(f"The amount {raw} is above the limit of {MAX_AMOUNT}.")
+    if amount != amount.quantize(CENT):
+        raise MoneyError(f"The amount {raw} has more than two decimal places.")
+    return amount.quantize(CENT)
+
+
+def fmt(amount) -> str:
+    """An amount as the API and the pages show it: two decimal places."""
+    return str(Decimal(amount).quantize(CENT))
+
+
+def _locked_account(user, kind: str) -> MoneyAccount:
+    MoneyAccount.objects.bulk_create([MoneyAccount(user=user, kind=kind)], ignore_conflicts=True)
+    return MoneyAccount.objects.select_for_update().get(user=user, kind=kind)
+
+
+def _move(account: MoneyAccount, amount: Decimal, kind: str, memo: str) -> MoneyEntry:
+    """Change a locked account's balance by ``amount`` and write its entry (the balance CHECK refuses < 0)."""
+    account.balance += amount
+    account.save(update_fields=["balance"])
+    return MoneyEntry.objects.create(account=account, amount=amount, balance_after=account.balance, kind=kind,
+                                     memo=memo[:200])
+
+
+# ----------------------------------------------------------------------------------------------- top-ups
+
+def money_topup(*, buyer: User, amount, reason: str, by: User | None, idempotency_key: str | None = None) -> TopUp:
+    """Credit ``buyer``'s account with ``amount`` for ``reason``, done by operator ``by`` (None: a command run
+    by the deployment).  With an ``idempotency_key``, a retry with the same buyer, amount and reason returns the
+    first top-up and credits nothing; the same key for another top-up is a ``TopUpConflict``."""
+    amount = parse_amount(amount)
+    reason = (reason or "").strip()
+    if not reason:
+        raise MoneyError("Say why the credit is given (a reason is required).")
+    if len(reason) > 200:
+        raise MoneyError("The reason is longer than 200 characters.")
+    if not roles.is_buyer(buyer):
+        raise NotABuyer(f"{buyer.username} is not a buyer: only buyers have credit.")
+    try:
+        with transaction.atomic():
+            account = _locked_account(buyer, MoneyAccount.Kind.BUYER_CREDIT)  # after the platform, as purchases
+            if idempotency_key is not None:
+                done = TopUp.objects.filter(idempotency_key=idempotency_key).select_related("entry").first()
+                if done is not None:
+                    return _replayed(done, buyer, amount, reason)
+            entry = _move(account, amount, MoneyEntry.Kind.TOPUP, reason)
+            return TopUp.objects.create(buyer=buyer, amount=amount, reason=reason, by=by,
+                                        idempotency_key=idempotency_key, entry=entry)
+    except IntegrityError:
+        # the same key, claimed by a concurrent top-up of another buyer: answer as a replay would
+        done = TopUp.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
+        if done is None:
+            raise
+        return _replayed(done, buyer, amount, reason)
+
+
+def _replayed(done: TopUp, buyer, amount, reason) -> TopUp:
+    if done.buyer_id != buyer.id or done.amount != amount or done.reason != reason:
+        raise TopUpConflict("This Idempotency-Key was used for another top-up: send a new key for a new top-up.")
+    done.replayed = True
+    return done
+
+
+# ----------------------------------------------------------------------------------------------- payouts
+
+def payout_request(*, owner: User, amount=None) -> PayoutRequest:
+    """Hold ``amount`` (default: the whole earnings balance) of ``owner``'s earnings for a payout."""
+    if not roles.is_owner(owner):
+        raise PayoutRefused("Only owners have earnings to pay out.")
+    with transaction.atomic():
+        account = _locked_account(owner, MoneyAccount.Kind.OWNER_EARNINGS)
+        if amount is None or amount == "":
+            amount = account.balance.quantize(CENT, rounding="ROUND_DOWN")
+            if amount <= 0:
+                raise PayoutRefused("There are no earnings to pay out.")
+        amount = parse_amount(amount)
+        if amount > account.balance:
+            raise PayoutRefused(f"You asked for {fmt(amount)} {currency()} but your earnings are "
+                                f"{account.balance.normalize():f} {currency()}.")
+        payout = PayoutRequest(owner=owner, amount=amount)
+        payout.hold = _move(account, -amount, MoneyEntry.Kind.PAYOUT, "payout requested")
+        payout.save()
+        return payout
+
+
+def _locked_payout(payout_id: int) -> PayoutRequest:
+    payout = PayoutRequest.objects.select_for_update().get(id=payout_id)
+    if payout.status != PayoutRequest.Status.REQUESTED:
+        raise PayoutRefused(f"Payout {payout.id} is already {payout.status}.")
+    return payout
+
+
+def payout_settle(*, payout_id: int, by: User | None, note: str = "") -> PayoutRequest:
+    """Record that a requested payout was paid to its owner (its money left the earnings account on request)."""
+    with transaction.atomic():
+        payout = _locked_payout(payout_id)
+        payout.status = PayoutRequest.Status.SETTLED
+        payout.decided_at, payout.decided_by, payout.note = timezone.now(), by, note[:200]
+        payout.save(update_fields=["status", "decided_at", "decided_by", "note"])
+        return payout
+
+
+def payout_reject(*, payout_id: int, by: User | None, note: str = "") -> PayoutRequest:
+    """Refuse a requested payout: its amount goes back to the owner's earnings."""
+    with transaction.atomic():
+        # the account before the payout row would break the global order only if purchases locked payouts:
+        # they do not, so the payout row first (to read its owner) is safe
+        payout = _locked_payout(payout_id)
+        account = _locked_account(payout.owner, MoneyAccount.Kind.OWNER_EARNINGS)
+        payout.release = _move(account, payout.amount, MoneyEntry.Kind.PAYOUT, f"payout {payout.id} rejected")
+        payout.status = PayoutRequest.Status.REJECTED
+        payout.decided_at, payout.decided_by, payout.note = timezone.now(), by, note[:200]
+        payout.save(update_fields=["status", "decided_at", "decided_by", "note", "release"])
+        return payout
