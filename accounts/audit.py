@@ -1,4 +1,4 @@
-"""The budget audit: every rule of spec service.md section 2, re-proved from the ledger (spec section 6).
+"""The budget audit: every rule of docs/budget-rules.md#budgets-and-ceilings, re-proved from the ledger (docs/budget-rules.md#the-audit).
 
 :func:`audit_budgets` reads each table once (one query per table: the ledger
 entries and blocks, budgets, values, purchases, money accounts and entries) into
@@ -26,8 +26,8 @@ pause flag and raw-deletion state equal the ``BudgetAccount`` and ``Value`` rows
 
 **Purchases**: each completed purchase has exactly ``included`` release
 entries, at the purchase's epsilon, for values of its attribute, one per value;
-other purchases have none.  One-shot purchases and surveys (spec service.md
-section 8): their releases are ``oneshot_release`` entries (chain purchases'
+other purchases have none.  One-shot purchases and surveys
+(docs/budget-rules.md#one-shot-losses-add-up): their releases are ``oneshot_release`` entries (chain purchases'
 are ``chain_release``) at the purchase's ``charged_epsilon``; every release's
 guarantee, and the purchase's, is the one its mechanism gives (``uldp`` for
 uRR/uRAP, ``per_report_non_collusion`` for improved Christofides, ``ldp`` for
@@ -42,7 +42,7 @@ the platform fee; only owners whose values were released are paid; earnings
 and fees never appear without a purchase.
 
 The same module holds the empirical privacy audit (:func:`privacy_audit`,
-spec gradual-release.md section 7), the overview figures of the admin console,
+docs/mechanisms-reference.md#privacy-audit-by-inference), the overview figures of the admin console,
 and the ledger's CSV export.
 """
 from __future__ import annotations
@@ -300,7 +300,7 @@ class AuditReport:
                             "failures": c.failures, "examples": c.examples} for c in self.checks]}
 
     def as_text(self) -> str:
-        lines = ["Budget audit (spec service.md sections 2 and 6)",
+        lines = ["Budget audit (docs/budget-rules.md#budgets-and-ceilings)",
                  "  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in self.stats.items()),
                  f"  ledger head: {self.head_hash or '(empty ledger)'}", ""]
         for name, status, checks in self.sections():
@@ -877,7 +877,7 @@ def _check_money(rec: _Recorder, e, p, values, a, m) -> None:
 
 
 # =============================================================================================
-# Empirical privacy audit (spec gradual-release.md section 7)
+# Empirical privacy audit (docs/mechanisms-reference.md#privacy-audit-by-inference)
 # =============================================================================================
 
 @dataclass
@@ -932,7 +932,7 @@ class PrivacyAuditReport:
         from mechanisms.audit import ATTACKERS
 
         short = {"last_output": "LO", "mle": "MLE", "highest_frequency": "HF", "weighted_highest_frequency": "WHF"}
-        lines = ["Privacy audit by inference (spec gradual-release.md section 7): error rate +- standard error of each",
+        lines = ["Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference): error rate +- standard error of each",
                  "attacker on a uniform-prior subsample of stored chains, against the Bayes bound 1 - E/(E + m - 1).",
                  "A '!' marks an error rate significantly below the bound (a chain leaks more than its epsilon).", ""]
         for a in self.attributes:
@@ -1040,7 +1040,7 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
 
 def privacy_audit(*, sample: int = 2000, levels: int = 10, attribute_ids: Iterable[int] | None = None,
                   coverage: float = 0.5, rng=None, plot: bool = True) -> PrivacyAuditReport:
-    """Run the four attackers of gradual-release.md section 7 on a sample of each attribute's stored chains.
+    """Run the four attackers of docs/mechanisms-reference.md#privacy-audit-by-inference on a sample of each attribute's stored chains.
 
     For each attribute: ``sample`` values with their raw datum are drawn at
     random; their true inputs are opened (``market.sealing.open_inputs``: an

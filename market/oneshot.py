@@ -1,4 +1,4 @@
-"""One-shot releases and surveys: charged to ``oneshot_loss``, atomically (spec service.md sections 2 and 8).
+"""One-shot releases and surveys: charged to ``oneshot_loss``, atomically (docs/budget-rules.md#budgets-and-ceilings).
 
 Mechanisms without gradual release draw afresh from the owner's sealed input at
 every release, and each release adds its exact epsilon to the value's
@@ -23,7 +23,7 @@ reuse ``Purchase`` (one idempotency claim, one API shape):
 (``ROUND_CEILING``), so the market never under-charges: uRR, uRAP, EWRR3, the
 private sampler, Warner, Simmons and Christofides at their design points are
 exactly the requested epsilon; RR3‡ and LPP‡ are ``max(eps2, eps1 + ln 2 -
-ln(1 + e^-eps2))`` (spec rr3.md "Privacy level", the exact level of the RR3‡
+ln(1 + e^-eps2))`` (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp, the exact level of the RR3‡
 matrix: (1, 1) -> 1.379886, (1, 2) -> 2.0), never ``eps1 + eps2``; IC is the
 realised deck's per-report ``ln(c3/c1)``, below the target (the deck is dealt
 for the actual number of respondents by ``surveys.ic_deck_counts``, exactly).
@@ -120,7 +120,7 @@ def ceil6(d: Decimal) -> Decimal:
 
 def lpp_level(eps1: Decimal, eps2: Decimal) -> Decimal:
     """The exact LDP level of RR3‡ / LPP‡ at ``p1 = e^eps1/(e^eps1+1)``, ``p2 = e^eps2/(e^eps2+1)`` in 40-digit
-    decimals: ``max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))`` (spec rr3.md; ``mechanisms.rr3.lpp_epsilon``)."""
+    decimals: ``max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))`` (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp; ``mechanisms.rr3.lpp_epsilon``)."""
     second = _CTX.add(_CTX.subtract(eps1, _CTX.ln(_CTX.add(Decimal(1), _CTX.exp(-eps2)))), _CTX.ln(Decimal(2)))
     return max(Decimal(eps2), second)
 
@@ -414,7 +414,7 @@ def eligible_count(attribute: Attribute, cohort: int | None, spec: Spec) -> tupl
 # ================================================================================================== drawing
 
 def _pum(attribute: Attribute, x: np.ndarray, tags: np.ndarray):
-    """PUM pre-processing (spec uldp.md): the common mechanism's inputs over ``k + kappa`` values and its
+    """PUM pre-processing (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum): the common mechanism's inputs over ``k + kappa`` values and its
     sensitive set extended by the bots.  Without tags (kappa = 0) the inputs are unchanged."""
     k = len(attribute.labels)
     kappa = len(attribute.pum_tags)

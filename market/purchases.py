@@ -1,4 +1,4 @@
-"""Purchases: release every included value of an attribute at one epsilon, atomically (spec service.md 2-4).
+"""Purchases: release every included value of an attribute at one epsilon, atomically (docs/budget-rules.md#budgets-and-ceilings).
 
 ``purchase_claim`` claims the buyer's idempotency key (a replay with the same
 body returns the same purchase; a different body is a conflict).

@@ -1,4 +1,4 @@
-"""Reads for the buyer API (spec service.md section 4): catalog histograms, quotes, outputs, estimates, progress.
+"""Reads for the buyer API (docs/architecture.md#the-path-of-a-purchase): catalog histograms, quotes, outputs, estimates, progress.
 
 Nothing here writes to the database.  What a buyer can learn from these reads:
 
@@ -368,7 +368,7 @@ def estimate_outputs(attribute: Attribute, outputs: np.ndarray, eps) -> dict:
     ``outputs`` is (n, width); ``eps`` a number, or one epsilon per output (for
     outputs pooled from purchases at different epsilons: each output is
     debiased at its own epsilon and weighted by ``(p - q)^2``, spec
-    gradual-release.md section 4).  Categorical and binary: every category's
+    docs/mechanisms-reference.md#estimation).  Categorical and binary: every category's
     frequency (``mechanisms.estimators.confidence_intervals``) with the
     simplex projection and the maximum-likelihood estimate alongside; binary
     and numeric: the mean; strings: every Bloom bit's frequency.

@@ -92,7 +92,7 @@ def mechanism_name(mechanism: str) -> str:
 
 
 def guarantee_words(guarantee: str, mechanism: str, epsilon) -> str:
-    """What a release's ε guarantees, for the owner (spec surveys.md "Privacy caveat for IC" for the IC label)."""
+    """What a release's ε guarantees, for the owner (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides for the IC label)."""
     eps = "—" if epsilon is None else format(Decimal(epsilon).normalize(), "f")
     survey = mechanism in SURVEY_MECHANISMS
     if guarantee == G.PER_REPORT:

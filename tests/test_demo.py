@@ -1,4 +1,4 @@
-"""``manage.py load_demo``: the paper's two experiments (spec gradual-release.md section 8, service.md section 7)."""
+"""``manage.py load_demo``: the paper's two experiments (docs/mechanisms-reference.md#the-demo-experiments, docs/operations.md)."""
 from __future__ import annotations
 
 import math
@@ -42,7 +42,7 @@ def raw_counts(attr: Attribute) -> Counter:
 
 
 def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:
-    """Privacy after k noisy samplings, spec gradual-release.md section 6, Eq. (65)."""
+    """Privacy after k noisy samplings, docs/mechanisms-reference.md#rappor-with-gradual-release, Eq. (65)."""
     ea, eb = math.exp(eps_alpha), math.exp(eps_beta) ** k
     return math.log((ea * eb + 1) / (ea + eb))
 

@@ -1,4 +1,4 @@
-"""Serializers of the buyer API (spec service.md section 4).
+"""Serializers of the buyer API (docs/architecture.md#the-path-of-a-purchase).
 
 Requests are validated here with messages meant for people (``accounts.epsilon.parse``
 for every epsilon).  Responses are built from plain dicts by the views (so a

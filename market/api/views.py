@@ -1,4 +1,4 @@
-"""The buyer REST API, ``/api/v1/`` (spec service.md section 4).
+"""The buyer REST API, ``/api/v1/`` (docs/architecture.md#the-path-of-a-purchase).
 
 Who may do what is decided by ``accounts.roles`` alone (docs/security.md, "Roles"; tested for every way a role
 is given in tests/api/test_authorization.py and tests/api/test_role_paths.py):

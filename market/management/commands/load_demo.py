@@ -1,4 +1,4 @@
-"""``python manage.py load_demo``: the paper's two experiments as datasets (spec gradual-release.md section 8).
+"""``python manage.py load_demo``: the paper's two experiments as datasets (docs/mechanisms-reference.md#the-demo-experiments).
 
 * "Binary experiment": one binary attribute, 1000 values (600 ones, 400 zeros),
   a fixed ceiling of 1.0 so the paper's whole path eps_ns(1..10) (eps_alpha = 1,
@@ -15,7 +15,7 @@ unusable passwords), except one value of each dataset, which belongs to
 usernames exist are left as they are, and the summary is read from the
 database, so a second run creates nothing and prints the same summary.
 
-Four small datasets show the one-shot mechanisms (spec service.md section 8),
+Four small datasets show the one-shot mechanisms (docs/budget-rules.md#one-shot-losses-add-up),
 each with its own owners (``demo-u-``, ``demo-t-``, ``demo-g-``, ``demo-d-``) and a
 fixed ceiling of 5: a categorical attribute with a sensitive set under uRR and
 two PUM tags, a three-state attribute under RR3, a bipartite graph under LPP‡,
