@@ -259,7 +259,9 @@ class Purchase(models.Model):
     request_hash = models.CharField(max_length=64)
     candidates = models.PositiveIntegerField(default=0)
     included = models.PositiveIntegerField(default=0)
-    excluded_ceiling = models.PositiveIntegerField(default=0)
+    excluded_ceiling = models.PositiveIntegerField(default=0)  # the ceiling is below the epsilon itself
+    # the ceiling is not below the epsilon, but the remaining budget (ceiling minus loss) is too small
+    excluded_budget = models.PositiveIntegerField(default=0)
     excluded_paused = models.PositiveIntegerField(default=0)
     excluded_withdrawn = models.PositiveIntegerField(default=0)
     excluded_no_raw = models.PositiveIntegerField(default=0)

@@ -380,7 +380,8 @@ class Pool(Candidates):
 
     def excluded(self) -> dict:
         active = ~self.paused & ~self.withdrawn
-        return {"ceiling": int((self.over & active).sum()), "paused": int((self.paused & ~self.withdrawn).sum()),
+        ceiling, budget = self.excluded_over()
+        return {"ceiling": ceiling, "budget": budget, "paused": int((self.paused & ~self.withdrawn).sum()),
                 "withdrawn": int(self.withdrawn.sum()), "no_raw": int((~self.over & active & ~self.has_raw).sum())}
 
 
@@ -388,7 +389,8 @@ def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: 
     """The candidates as ``purchases.candidates`` reads them (``lock``: their budget rows ``FOR UPDATE`` in
     value-id order), and with ``inputs`` the sealed inputs of those that can be charged, aligned by row."""
     c = candidates(attribute, cohort, 0, lock=lock)
-    p = Pool(**{**vars(c), "over": c.chain_loss + c.oneshot_loss + int(charged_micro) > c.ceiling})
+    p = Pool(**{**vars(c), "over": c.chain_loss + c.oneshot_loss + int(charged_micro) > c.ceiling,
+                "below": int(charged_micro) > c.ceiling})
     if inputs:
         # Read under the budget locks (deleting a raw value locks its budget row too): one query over the
         # attribute's values that hold one, placed by value id.
@@ -606,6 +608,7 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
         purchase.candidates = int(cand.value_ids.size)
         purchase.included = int(inc.size)
         purchase.excluded_ceiling = excluded["ceiling"]
+        purchase.excluded_budget = excluded["budget"]
         purchase.excluded_paused = excluded["paused"]
         purchase.excluded_withdrawn = excluded["withdrawn"]
         purchase.excluded_no_raw = excluded["no_raw"]

@@ -180,6 +180,7 @@ class Quote:
     expires_at: datetime
     token: str = ""
     mechanism: str = Purchase.Mechanism.GRADUAL_RR
+    excluded_budget: int = 0  # ceiling not below the epsilon, but too little of it left (already spent)
     charged_epsilon: Decimal | None = None
     guarantee: str = ""
     parameters: dict = field(default_factory=dict)
@@ -212,7 +213,7 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     expires = timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS)
     q = Quote(
         attribute=attribute, epsilon=epsilon, cohort=cohort, candidates=int(cand.value_ids.size), included=n,
-        excluded_ceiling=int((cand.over & ~cand.paused & ~cand.withdrawn).sum()),
+        excluded_ceiling=cand.excluded_over()[0], excluded_budget=cand.excluded_over()[1],
         excluded_paused=int((cand.paused & ~cand.withdrawn).sum()), excluded_withdrawn=int(cand.withdrawn.sum()),
         excluded_no_raw=int(no_raw.sum()), price=units_to_decimal(int(charge.sum())),
         list_price=per_value * n, price_per_value=per_value, predicted=predicted_error(attribute, epsilon, n),
@@ -243,7 +244,8 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
     excluded = p.excluded()
     q = Quote(
         attribute=attribute, epsilon=spec.purchase_epsilon, cohort=cohort, candidates=int(p.value_ids.size),
-        included=n, excluded_ceiling=excluded["ceiling"], excluded_paused=excluded["paused"],
+        included=n, excluded_ceiling=excluded["ceiling"], excluded_budget=excluded["budget"],
+        excluded_paused=excluded["paused"],
         excluded_withdrawn=excluded["withdrawn"], excluded_no_raw=excluded["no_raw"], price=per_value * n,
         list_price=per_value * n, price_per_value=per_value, predicted=oneshot_stats.predicted(attribute, spec, n),
         expires_at=timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS), mechanism=spec.mechanism,

@@ -310,7 +310,9 @@ class QuoteRequestSerializer(SurveyParametersMixin, MechanismParametersMixin, _R
 
 
 class ExcludedSerializer(serializers.Serializer):
-    ceiling = serializers.IntegerField(help_text="Values whose ceiling is below the epsilon.")
+    ceiling = serializers.IntegerField(help_text="Values whose ceiling is below the epsilon (charged) itself.")
+    budget = serializers.IntegerField(help_text="Values whose ceiling is not below the epsilon but whose remaining "
+                                                "budget (the ceiling minus what was already spent) is too small.")
     paused = serializers.IntegerField(help_text="Values whose owner paused sales.")
     withdrawn = serializers.IntegerField(help_text="Values whose owner withdrew.")
     no_raw = serializers.IntegerField(help_text="Values whose chain stops below the epsilon and whose raw datum "
@@ -477,7 +479,7 @@ class PurchaseSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, obj):
-        return {"ceiling": obj.excluded_ceiling, "paused": obj.excluded_paused, "withdrawn": obj.excluded_withdrawn,
+        return {"ceiling": obj.excluded_ceiling, "budget": obj.excluded_budget, "paused": obj.excluded_paused, "withdrawn": obj.excluded_withdrawn,
                 "no_raw": obj.excluded_no_raw}
 
     @extend_schema_field(ProgressSerializer(allow_null=True))

@@ -196,12 +196,14 @@ def _policy_or_problem(attribute: Attribute):
 
 
 def _nothing_to_sell(q: selectors.Quote) -> NothingToSell:
-    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_paused} are paused, "
+    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_budget} have too little budget remaining "
+           f"(their ceiling minus what was already spent), {q.excluded_paused} are paused, "
            f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
     return NothingToSell(
         f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
         f"{why}. See the catalog's histogram for the epsilons available.",
-        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused,
+        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget,
+                                                        "paused": q.excluded_paused,
                                                         "withdrawn": q.excluded_withdrawn,
                                                         "no_raw": q.excluded_no_raw}})
 
@@ -213,7 +215,8 @@ def _quote_payload(q: selectors.Quote) -> dict:
         "guarantee_label": oneshot.guarantee_label(q.guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
-        "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused, "withdrawn": q.excluded_withdrawn,
+        "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget, "paused": q.excluded_paused,
+                     "withdrawn": q.excluded_withdrawn,
                      "no_raw": q.excluded_no_raw},
         "price": q.price, "list_price": q.list_price, "upgrade_credit": q.upgrade_credit,
         "price_per_value": q.price_per_value,

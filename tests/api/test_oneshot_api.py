@@ -173,7 +173,9 @@ def test_two_purchases_compose_additively_through_the_api(api, oneshot):
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
         Decimal("5")}
     problem = assert_problem(post(api, "/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "0.1"}), 400)
-    assert problem["excluded"]["ceiling"] == 40
+    # the ceiling (5) is not below 0.1: the 5 already spent leaves no remaining budget, and the problem says so
+    assert (problem["excluded"]["ceiling"], problem["excluded"]["budget"]) == (0, 40)
+    assert "40 have too little budget remaining" in problem["detail"] and "0 have a ceiling below it" in problem["detail"]
 
 
 BAD = [

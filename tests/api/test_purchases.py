@@ -174,7 +174,7 @@ def test_a_quote_whose_price_went_up_is_refused(api, categorical):
 def test_epsilon_above_every_ceiling_is_a_clear_400_and_claims_nothing(api, categorical):
     r = buy(api, categorical.id, "5")
     problem = assert_problem(r, 400)
-    assert problem["excluded"]["ceiling"] == 60 and problem["candidates"] == 60
+    assert problem["excluded"]["ceiling"] == 60 and problem["excluded"]["budget"] == 0 and problem["candidates"] == 60
     assert "ceiling" in problem["detail"]
     assert not Purchase.objects.exists()
 

@@ -268,11 +268,12 @@ def test_oneshot_releases_compose_additively():
     buyer = funded_buyer()
     for k in range(2):
         p = run(buyer, attribute, epsilon="0.5", rng=np.random.default_rng(k))
-        assert (p.included, p.excluded_ceiling) == (12, 0)
+        assert (p.included, p.excluded_ceiling, p.excluded_budget) == (12, 0, 0)
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
         D("1.0")}
     refused = run(buyer, attribute, epsilon="0.5")
-    assert (refused.included, refused.excluded_ceiling, refused.price) == (0, 12, 0)
+    # the ceiling 1.2 is not below 0.5: what is left of it (0.2) is
+    assert (refused.included, refused.excluded_ceiling, refused.excluded_budget, refused.price) == (0, 0, 12, 0)
     last = run(buyer, attribute, epsilon="0.2", rng=np.random.default_rng(9))
     assert last.included == 12
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
@@ -299,7 +300,8 @@ def test_chain_and_oneshot_losses_combine_against_the_ceiling():
         (D("0.6"), D("0.4"))}
     higher, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.7", cohort=None, idempotency_key="c2")
     higher = purchase_execute(purchase_id=higher.id)
-    assert (higher.included, higher.excluded_ceiling) == (0, 20)  # max(0.6, 0.7) + 0.4 > 1
+    # max(0.6, 0.7) + 0.4 > 1, but the ceiling 1 is not below 0.7: a remaining-budget refusal
+    assert (higher.included, higher.excluded_ceiling, higher.excluded_budget) == (0, 0, 20)
     again, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.6", cohort=None, idempotency_key="c3")
     assert purchase_execute(purchase_id=again.id).included == 20  # at the chain's loss: no new privacy spent
     report = audit.audit_budgets()
