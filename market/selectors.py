@@ -99,6 +99,26 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
     return out
 
 
+#: Buckets of the catalog's default (summary) histogram; ``?histogram=full`` gives every bucket.
+SUMMARY_BUCKETS = 5
+
+
+def histogram_summary(histogram: list[tuple[Decimal, int]]) -> list[tuple[Decimal, int]]:
+    """At most ``SUMMARY_BUCKETS`` buckets of ``histogram``, evenly spaced over it, the first and last included."""
+    if len(histogram) <= SUMMARY_BUCKETS:
+        return list(histogram)
+    picks = np.unique(np.linspace(0, len(histogram) - 1, SUMMARY_BUCKETS).round().astype(int))
+    return [histogram[i] for i in picks.tolist()]
+
+
+def availability(histogram: list[tuple[Decimal, int]]) -> dict:
+    """What is for sale, in two numbers: values available at the grid's first epsilon, and the largest grid
+    epsilon at which any value is (with how many)."""
+    top = [(e, n) for e, n in histogram if n > 0]
+    return {"values": histogram[0][1] if histogram else 0,
+            "max_epsilon": top[-1][0] if top else None, "at_max_epsilon": top[-1][1] if top else 0}
+
+
 def price_policy_or_none(attribute: Attribute) -> PricePolicy | None:
     try:
         return PricePolicy.parse(attribute.price_policy)

@@ -148,6 +148,13 @@ class HistogramBucketSerializer(serializers.Serializer):
     available = serializers.IntegerField(help_text="How many values a purchase at this epsilon would include now.")
 
 
+class AvailabilitySerializer(serializers.Serializer):
+    values = serializers.IntegerField(help_text="Values a purchase at the grid's first epsilon would include now.")
+    max_epsilon = epsilon_out(allow_null=True, help_text="The largest grid epsilon at which any value is available "
+                                                         "now; null when none is.")
+    at_max_epsilon = serializers.IntegerField(help_text="How many values are available at max_epsilon.")
+
+
 class AttributeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -176,9 +183,11 @@ class AttributeSerializer(serializers.Serializer):
                   "use): the samplers' limit, above which they could not realise the epsilon charged "
                   "(docs/mechanisms.md).")
     price_policy = PricePolicySerializer(allow_null=True, help_text="Null when the attribute is not for sale.")
+    availability = AvailabilitySerializer(help_text="A summary of what is for sale now.")
     histogram = HistogramBucketSerializer(
-        many=True, help_text="Values available at each grid epsilon (every k-th point of a long grid): a histogram "
-                             "of the owners' ceilings, never raw values or owners.")
+        many=True, help_text="Values available at grid epsilons: a histogram of the owners' remaining budgets, never "
+                             "raw values or owners. By default a summary of at most 5 buckets evenly spaced over the "
+                             "grid; with ?histogram=full every grid point (every k-th of a long grid, at most 100).")
 
 
     @extend_schema_field({"type": "string", "example": str(MAX_SALE_EPSILON)})
