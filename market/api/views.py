@@ -228,9 +228,10 @@ def _nothing_to_sell(q: selectors.Quote) -> NothingToSell:
 
 def _quote_payload(q: selectors.Quote) -> dict:
     p = q.predicted
+    guarantee, charged = s.chain_release(q.mechanism, q.guarantee, q.charged_epsilon, q.epsilon)
     return {
-        "mechanism": q.mechanism, "charged_epsilon": q.charged_epsilon, "guarantee": q.guarantee,
-        "guarantee_label": oneshot.guarantee_label(q.guarantee), "parameters": q.parameters,
+        "mechanism": q.mechanism, "charged_epsilon": charged, "guarantee": guarantee,
+        "guarantee_label": oneshot.guarantee_label(guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
         "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget, "paused": q.excluded_paused,
