@@ -469,9 +469,22 @@ def _check_hash_chain(rec: _Recorder, e, blocks, prev_hashes, hashes, head_id, a
               lambda i: f"entry {e['id'][i]}: created_at {_when(e['created_at'][i])} but its block {e['block'][i]} "
                         f"was written at {_when(created[pos[i]])}")
     if anchor:
-        present = anchor.strip().lower() in set(hashes)
+        wanted = anchor.strip().lower()
+        present = wanted in set(hashes)
         rec.check(S, "the anchored block hash is still in the chain", None if present else np.array([0]), 1,
-                  lambda _: f"no block has hash {anchor}: the chain was rewritten after it was recorded")
+                  lambda _: _anchor_not_found(wanted, hashes))
+
+
+def _anchor_not_found(anchor: str, hashes) -> str:
+    """Why an anchor is missing: "not found" first.  A hash within two characters of a block's is a typo of it
+    (a rewrite cannot come that close); otherwise it was mistyped, is from another database, or the history up
+    to it was rewritten -- the audit cannot tell these apart, so it says all three."""
+    near = [h for h in hashes if len(h) == len(anchor) and sum(a != b for a, b in zip(h, anchor)) <= 2]
+    if near:
+        return (f"anchor {anchor} not found: block hash {near[0]} differs from it in at most two characters "
+                f"(mistyped?)")
+    return (f"anchor {anchor} not found in the chain: check that it was copied exactly from an earlier report of "
+            f"this database; if it was, the history up to it was rewritten")
 
 
 # --------------------------------------------------------------------------------------------- replay
