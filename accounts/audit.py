@@ -922,6 +922,23 @@ class AttributeAudit:
     def ok(self) -> bool:
         return not self.leak and not self.error
 
+    @property
+    def skipped(self) -> bool:
+        """Nothing was attacked (no chains, nothing sampled, no common epsilon, too few values): neither a pass
+        nor a failure."""
+        return not self.error and not self.levels
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if not self.ok else "SKIPPED" if self.skipped else "PASS"
+
+    @property
+    def domain(self) -> str:
+        """``m`` in words: what the attackers guess among."""
+        per = {"string": " per Bloom bit", "graph": " states per item", "ternary": " states",
+               "numeric": " (discretized to its bounds)"}
+        return f"m = {self.m}{per.get(self.kind, '')}"
+
 
 @dataclass
 class PrivacyAuditReport:
@@ -937,7 +954,8 @@ class PrivacyAuditReport:
     def as_dict(self) -> dict:
         return {"ok": self.ok, "sample": self.sample, "attributes": [
             {"attribute": a.attribute_id, "label": a.label, "m": a.m, "kind": a.kind, "values": a.values,
-             "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note,
+             "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note, "status": a.status,
+             "skipped": a.skipped,
              "levels": [{"epsilon": lv.epsilon, "n": lv.n, "bound": lv.bound, "attackers": lv.attackers}
                         for lv in a.levels]} for a in self.attributes]}
 
@@ -949,9 +967,8 @@ class PrivacyAuditReport:
                  "attacker on a uniform-prior subsample of stored chains, against the Bayes bound 1 - E/(E + m - 1).",
                  "A '!' marks an error rate significantly below the bound (a chain leaks more than its epsilon).", ""]
         for a in self.attributes:
-            status = "FAIL" if not a.ok else "PASS"
-            lines.append(f"[{status}] attribute {a.attribute_id} {a.label} (m = {a.m}, {a.kind}): {a.values} values, "
-                         f"{a.sampled} sampled, {a.common_epsilons} common epsilons")
+            lines.append(f"[{a.status}] attribute {a.attribute_id} {a.label} ({a.domain}, {a.kind}): {a.values} "
+                         f"values, {a.sampled} sampled, {a.common_epsilons} common epsilons")
             if a.error:
                 lines.append(f"    ERROR: {a.error}")
             if a.note:
@@ -967,7 +984,10 @@ class PrivacyAuditReport:
                         cells.append(f"{r['error_rate']:7.4f}+-{r['standard_error']:6.4f}{mark}")
                     lines.append(f"    {lv.epsilon:9.4f} {lv.n:6d} {lv.bound:7.4f} " + " ".join(cells))
             lines.append("")
-        lines.append(f"RESULT: {'PASS' if self.ok else 'FAIL'} ({self.seconds:.2f} s)")
+        audited = sum(not a.skipped for a in self.attributes)
+        skipped = len(self.attributes) - audited
+        lines.append(f"RESULT: {'PASS' if self.ok else 'FAIL'} ({audited} attribute{'s' if audited != 1 else ''} "
+                     f"audited, {skipped} skipped; {self.seconds:.2f} s)")
         return "\n".join(lines)
 
 

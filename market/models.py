@@ -129,8 +129,14 @@ class Attribute(models.Model):
 
     @property
     def domain_size(self) -> int:
-        """``m`` of the mechanism: categories, or 2 for binary, discretized numeric and Bloom bits."""
-        return len(self.labels) if self.kind == self.Kind.CATEGORICAL else 2
+        """``m``, the size of the domain the mechanism randomizes: the labels of a categorical or distribution
+        attribute; 3 states for a ternary value and for each item of a graph value (none, +1, -1); 2 for binary,
+        discretized numeric and each Bloom bit of a string."""
+        if self.kind in (self.Kind.CATEGORICAL, self.Kind.DISTRIBUTION):
+            return len(self.labels)
+        if self.kind in (self.Kind.TERNARY, self.Kind.GRAPH):
+            return 3
+        return 2
 
     @property
     def is_oneshot(self) -> bool:
