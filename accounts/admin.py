@@ -1,4 +1,4 @@
-"""The admin console for auditing budgets (spec service.md section 6).
+"""The admin console for auditing budgets (docs/budget-rules.md#the-audit).
 
 Who may do what is decided by role (``accounts.roles``; docs/security.md,
 "Roles"), not by Django model permissions:

@@ -1,4 +1,4 @@
-"""The budget audit: every rule of spec service.md section 2, re-proved from the ledger (spec section 6).
+"""The budget audit: every rule of docs/budget-rules.md#budgets-and-ceilings, re-proved from the ledger (docs/budget-rules.md#the-audit).
 
 :func:`audit_budgets` reads each table once (one query per table: the ledger
 entries and blocks, budgets, values, purchases, money accounts and entries) into
@@ -26,8 +26,8 @@ pause flag and raw-deletion state equal the ``BudgetAccount`` and ``Value`` rows
 
 **Purchases**: each completed purchase has exactly ``included`` release
 entries, at the purchase's epsilon, for values of its attribute, one per value;
-other purchases have none.  One-shot purchases and surveys (spec service.md
-section 8): their releases are ``oneshot_release`` entries (chain purchases'
+other purchases have none.  One-shot purchases and surveys
+(docs/budget-rules.md#one-shot-losses-add-up): their releases are ``oneshot_release`` entries (chain purchases'
 are ``chain_release``) at the purchase's ``charged_epsilon``; every release's
 guarantee, and the purchase's, is the one its mechanism gives (``uldp`` for
 uRR/uRAP, ``per_report_non_collusion`` for improved Christofides, ``ldp`` for
@@ -48,7 +48,7 @@ neither created nor lost: all balances add up to what came in (top-ups and
 other deposits) less what was paid out (docs/money.md).
 
 The same module holds the empirical privacy audit (:func:`privacy_audit`,
-spec gradual-release.md section 7), the overview figures of the admin console,
+docs/mechanisms-reference.md#privacy-audit-by-inference), the overview figures of the admin console,
 and the ledger's CSV export.
 """
 from __future__ import annotations
@@ -321,7 +321,7 @@ class AuditReport:
                             "failures": c.failures, "examples": c.examples} for c in self.checks]}
 
     def as_text(self) -> str:
-        lines = ["Budget audit (spec service.md sections 2 and 6)",
+        lines = ["Budget audit (docs/budget-rules.md#budgets-and-ceilings)",
                  "  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in self.stats.items()),
                  f"  ledger head: {self.head_hash or '(empty ledger)'}", ""]
         for name, status, checks in self.sections():
@@ -495,9 +495,22 @@ def _check_hash_chain(rec: _Recorder, e, blocks, prev_hashes, hashes, head_id, a
               lambda i: f"entry {e['id'][i]}: created_at {_when(e['created_at'][i])} but its block {e['block'][i]} "
                         f"was written at {_when(created[pos[i]])}")
     if anchor:
-        present = anchor.strip().lower() in set(hashes)
+        wanted = anchor.strip().lower()
+        present = wanted in set(hashes)
         rec.check(S, "the anchored block hash is still in the chain", None if present else np.array([0]), 1,
-                  lambda _: f"no block has hash {anchor}: the chain was rewritten after it was recorded")
+                  lambda _: _anchor_not_found(wanted, hashes))
+
+
+def _anchor_not_found(anchor: str, hashes) -> str:
+    """Why an anchor is missing: "not found" first.  A hash within two characters of a block's is a typo of it
+    (a rewrite cannot come that close); otherwise it was mistyped, is from another database, or the history up
+    to it was rewritten -- the audit cannot tell these apart, so it says all three."""
+    near = [h for h in hashes if len(h) == len(anchor) and sum(a != b for a, b in zip(h, anchor)) <= 2]
+    if near:
+        return (f"anchor {anchor} not found: block hash {near[0]} differs from it in at most two characters "
+                f"(mistyped?)")
+    return (f"anchor {anchor} not found in the chain: check that it was copied exactly from an earlier report of "
+            f"this database; if it was, the history up to it was rewritten")
 
 
 # --------------------------------------------------------------------------------------------- replay
@@ -959,7 +972,7 @@ def _check_topups_payouts(rec: _Recorder, a, m, t, po) -> None:
 
 
 # =============================================================================================
-# Empirical privacy audit (spec gradual-release.md section 7)
+# Empirical privacy audit (docs/mechanisms-reference.md#privacy-audit-by-inference)
 # =============================================================================================
 
 @dataclass
@@ -991,6 +1004,23 @@ class AttributeAudit:
     def ok(self) -> bool:
         return not self.leak and not self.error
 
+    @property
+    def skipped(self) -> bool:
+        """Nothing was attacked (no chains, nothing sampled, no common epsilon, too few values): neither a pass
+        nor a failure."""
+        return not self.error and not self.levels
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if not self.ok else "SKIPPED" if self.skipped else "PASS"
+
+    @property
+    def domain(self) -> str:
+        """``m`` in words: what the attackers guess among."""
+        per = {"string": " per Bloom bit", "graph": " states per item", "ternary": " states",
+               "numeric": " (discretized to its bounds)"}
+        return f"m = {self.m}{per.get(self.kind, '')}"
+
 
 @dataclass
 class PrivacyAuditReport:
@@ -1006,7 +1036,8 @@ class PrivacyAuditReport:
     def as_dict(self) -> dict:
         return {"ok": self.ok, "sample": self.sample, "attributes": [
             {"attribute": a.attribute_id, "label": a.label, "m": a.m, "kind": a.kind, "values": a.values,
-             "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note,
+             "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note, "status": a.status,
+             "skipped": a.skipped,
              "levels": [{"epsilon": lv.epsilon, "n": lv.n, "bound": lv.bound, "attackers": lv.attackers}
                         for lv in a.levels]} for a in self.attributes]}
 
@@ -1014,13 +1045,12 @@ class PrivacyAuditReport:
         from mechanisms.audit import ATTACKERS
 
         short = {"last_output": "LO", "mle": "MLE", "highest_frequency": "HF", "weighted_highest_frequency": "WHF"}
-        lines = ["Privacy audit by inference (spec gradual-release.md section 7): error rate +- standard error of each",
+        lines = ["Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference): error rate +- standard error of each",
                  "attacker on a uniform-prior subsample of stored chains, against the Bayes bound 1 - E/(E + m - 1).",
                  "A '!' marks an error rate significantly below the bound (a chain leaks more than its epsilon).", ""]
         for a in self.attributes:
-            status = "FAIL" if not a.ok else "PASS"
-            lines.append(f"[{status}] attribute {a.attribute_id} {a.label} (m = {a.m}, {a.kind}): {a.values} values, "
-                         f"{a.sampled} sampled, {a.common_epsilons} common epsilons")
+            lines.append(f"[{a.status}] attribute {a.attribute_id} {a.label} ({a.domain}, {a.kind}): {a.values} "
+                         f"values, {a.sampled} sampled, {a.common_epsilons} common epsilons")
             if a.error:
                 lines.append(f"    ERROR: {a.error}")
             if a.note:
@@ -1036,7 +1066,10 @@ class PrivacyAuditReport:
                         cells.append(f"{r['error_rate']:7.4f}+-{r['standard_error']:6.4f}{mark}")
                     lines.append(f"    {lv.epsilon:9.4f} {lv.n:6d} {lv.bound:7.4f} " + " ".join(cells))
             lines.append("")
-        lines.append(f"RESULT: {'PASS' if self.ok else 'FAIL'} ({self.seconds:.2f} s)")
+        audited = sum(not a.skipped for a in self.attributes)
+        skipped = len(self.attributes) - audited
+        lines.append(f"RESULT: {'PASS' if self.ok else 'FAIL'} ({audited} attribute{'s' if audited != 1 else ''} "
+                     f"audited, {skipped} skipped; {self.seconds:.2f} s)")
         return "\n".join(lines)
 
 
@@ -1122,7 +1155,7 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
 
 def privacy_audit(*, sample: int = 2000, levels: int = 10, attribute_ids: Iterable[int] | None = None,
                   coverage: float = 0.5, rng=None, plot: bool = True) -> PrivacyAuditReport:
-    """Run the four attackers of gradual-release.md section 7 on a sample of each attribute's stored chains.
+    """Run the four attackers of docs/mechanisms-reference.md#privacy-audit-by-inference on a sample of each attribute's stored chains.
 
     For each attribute: ``sample`` values with their raw datum are drawn at
     random; their true inputs are opened (``market.sealing.open_inputs``: an

@@ -1,4 +1,4 @@
-"""The auditors' read-only JSON view of the privacy ledger (spec service.md section 6).
+"""The auditors' read-only JSON view of the privacy ledger (docs/budget-rules.md#the-audit).
 
 ``GET /api/v1/audit/ledger/`` (mounted by ``accounts.audit_urls``): ledger
 entries in id order with cursor pagination (``?cursor=``, ``?page_size=`` up

@@ -1,7 +1,6 @@
 """Exact epsilons: ``Decimal`` with 6 places in the database, integer micro-epsilons in numpy.
 
-Budgets, losses and ledger entries are compared exactly (spec service.md
-section 1); floats are only for the mathematics inside ``mechanisms``.
+Budgets, losses and ledger entries are compared exactly (docs/budget-rules.md); floats are only for the mathematics inside ``mechanisms``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Writing and re-hashing the privacy ledger (spec service.md sections 1 and 6).
+"""Writing and re-hashing the privacy ledger (docs/architecture.md#apps-and-models).
 
 Every transaction that changes a budget appends one ``LedgerBlock`` holding its
 entries.  The block's hash is

@@ -16,7 +16,8 @@ the API's token serializer).  This module is its configuration:
   never other accounts' failures (that would reopen spraying to anyone holding one account).
 * :func:`lockout_username`: usernames are counted case-insensitively, without surrounding spaces.
 * :func:`lockout_response`: a refused sign-in is a 429 with ``Retry-After``: a problem document under
-  ``/api/``, the sign-in page itself with the reason elsewhere (:class:`LockoutFormMixin`).
+  ``/api/``, the sign-in page itself with the reason elsewhere and on the browsable API's sign-in form
+  (:class:`LockoutFormMixin`).
 * :class:`LockoutBackend`: ``authenticate()`` without a request (a shell, a test's ``Client.login``) is
   nobody's sign-in from an address, and is not checked.
 
@@ -140,9 +141,16 @@ def locked_problem(request, credentials=None):
                             headers={"Retry-After": str(seconds_left(request, credentials))})
 
 
+def is_form_sign_in(request) -> bool:
+    """Whether the request went to the browsable API's HTML sign-in form (``accounts.api_signin``), which
+    answers a lockout like the portal's form, not with a problem document."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.namespace == "rest_framework"
+
+
 def lockout_response(request, original_response=None, credentials=None) -> HttpResponse:
     """``AXES_LOCKOUT_CALLABLE`` (used by ``axes.middleware.AxesMiddleware``)."""
-    if request.path.startswith("/api/"):
+    if request.path.startswith("/api/") and not is_form_sign_in(request):
         return locked_problem(request, credentials)
     if (original_response is not None and original_response.status_code == 200
             and original_response.get("Content-Type", "").startswith("text/html")):

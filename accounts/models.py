@@ -1,6 +1,6 @@
 """Users and roles; privacy budgets; the append-only, hash-chained privacy ledger; money.
 
-Invariants of spec service.md section 2 are CHECK constraints here wherever a
+Invariants of docs/budget-rules.md#budgets-and-ceilings are CHECK constraints here wherever a
 single row can express them; the services keep the rest (with row locks) and
 ``accounts.audit`` re-proves everything from the ledger.
 """
@@ -44,7 +44,7 @@ class User(AbstractUser):
 
 
 class BudgetAccount(models.Model):
-    """The privacy budget of one value (spec service.md sections 1-2).
+    """The privacy budget of one value (docs/architecture.md#apps-and-models).
 
     ``ceiling`` is the ceiling in force now: fixed, or materialised from the
     schedule by ``schedules_advance`` (schedules only raise it).  ``loss =
@@ -154,7 +154,7 @@ class LedgerEntry(models.Model):
         RAW_DELETED = "raw_deleted", "Raw value deleted"
 
     class Guarantee(models.TextChoices):
-        """What a release's epsilon guarantees (spec service.md section 8, surveys.md "Privacy caveat for IC").
+        """What a release's epsilon guarantees (docs/budget-rules.md#one-shot-losses-add-up, docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
 
         Empty for budget events and for chain releases (the gradual-release chain: epsilon-LDP over all
         buyers together); one-shot releases always name theirs.

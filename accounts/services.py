@@ -1,6 +1,6 @@
 """Budget services: every change of a ceiling policy is one transaction with its ledger entry.
 
-Rules (spec service.md section 2): a ceiling may be lowered but never below the
+Rules (docs/budget-rules.md#budgets-and-ceilings): a ceiling may be lowered but never below the
 loss already spent; schedules only ever raise the ceiling; a paused value is
 never sold.  Raising a ceiling enqueues chain extension on commit.
 """

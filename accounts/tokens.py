@@ -10,10 +10,24 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from rest_framework import exceptions
+from rest_framework.authentication import get_authorization_header
+
+#: What a client sending another scheme (``Authorization: Bearer ...``, as many HTTP libraries do) is told.
+WRONG_SCHEME = ("The Authorization header uses the {scheme!r} scheme; this API expects "
+                "'Authorization: Token <key>' with the token from POST /api/v1/auth/token/ "
+                "(docs/security.md, \"Credentials and sign-in\").")
 
 
 class TokenAuthentication(KnoxTokenAuthentication):
     """knox's authentication, with a header that is not UTF-8 refused as an invalid token (401, not a 500)."""
+
+    def authenticate(self, request):
+        """knox's, but ``Bearer <key>`` (the usual OAuth scheme) is a 401 that names the right scheme, not an
+        anonymous request answered "credentials were not provided"."""
+        auth = get_authorization_header(request).split()
+        if auth and auth[0].lower() == b"bearer":
+            raise exceptions.AuthenticationFailed(WRONG_SCHEME.format(scheme="Bearer"))
+        return super().authenticate(request)
 
     def authenticate_credentials(self, token: bytes):
         try:

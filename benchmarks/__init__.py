@@ -1,4 +1,4 @@
-"""ldpmarket's benchmarks (spec quality.md, "Performance").
+"""ldpmarket's benchmarks (docs/quality-targets.md#performance).
 
 Run them all with ``python -m benchmarks`` (or ``make bench``), a subset with
 ``python -m benchmarks e1``.  Each benchmark module defines ``main()``, prints

@@ -1,6 +1,6 @@
 """Small helpers shared by the benchmarks: timing, tables, JSON results with machine info.
 
-Machines are shared and noisy (spec quality.md): time with the best of N
+Machines are shared and noisy (docs/quality-targets.md#performance): time with the best of N
 repetitions (``time.perf_counter``, garbage collector paused like ``timeit``),
 run the things being compared side by side in the same rounds, and report
 ratios rather than absolute times.

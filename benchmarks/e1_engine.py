@@ -1,4 +1,4 @@
-"""E1: throughput of the relaxation engine (spec quality.md, "Performance").
+"""E1: throughput of the relaxation engine (docs/quality-targets.md#performance).
 
 Outputs per second of ``mechanisms.relax``, ``bridge``, ``tighten`` and
 ``chain`` (plus ``perturb``) for n = 10^6 and 10^7 values, m = 2 and 16, with
@@ -45,7 +45,7 @@ EPS_KRR = 1.0                   # perturb, numpy k-RR and the peers
 LIMIT_FRACTION = 0.25  # relax >= 25% of the raw CSPRNG word rate
 SLOW_PEER_FACTOR = 100.0  # relax >= 100x multi-freq-ldpy and OpenDP per output
 
-#: Per-output figures quoted in quality.md ("measured once ... re-measure in your runs"), in seconds.
+#: Per-output figures quoted in docs/quality-targets.md#performance ("measured once ... re-measure in your runs"), in seconds.
 SPEC_FIGURES = {
     "os.urandom": 0.012e-6, "numpy k-RR": 0.024e-6, "pure-ldp": 0.32e-6,
     "multi-freq-ldpy": 31e-6, "opendp": 50e-6,
@@ -172,7 +172,7 @@ def _peer_multi_freq_ldpy(m: int) -> dict:
 def _peer_multi_freq_ldpy_interpreted(m: int) -> dict:
     """Information only (no target): the same GRR_Client source run by CPython, numba bypassed.
 
-    quality.md quotes 31 us per output for multi-freq-ldpy; the installed
+    docs/quality-targets.md#performance quotes 31 us per output for multi-freq-ldpy; the installed
     release jit-compiles GRR_Client with numba (well under 1 us per call), so
     this row shows the interpreted cost that figure is of the order of.
     """
@@ -184,7 +184,7 @@ def _peer_multi_freq_ldpy_interpreted(m: int) -> dict:
     return {"api": "multi_freq_ldpy.pure_frequency_oracles.GRR.GRR_Client.py_func(v, k, eps)",
             "seconds_per_output": sec, "calls": calls, "info_only": True,
             "note": "the same GRR_Client source run without numba (GRR_Client.py_func): information "
-                    "only, no target; the 31 us quoted in quality.md is of this order, "
+                    "only, no target; the 31 us quoted in docs/quality-targets.md#performance is of this order, "
                     "not the jitted client's",
             "version": _common.package_version("multi-freq-ldpy")}
 
@@ -324,7 +324,7 @@ def main() -> dict:
     print()
 
     targets = _targets(engine, peers)
-    print("Targets (quality.md E1):")
+    print("Targets (docs/quality-targets.md#performance E1):")
     for t in targets:
         verdict = "UNAVAILABLE" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
         print(f"{verdict:4}  {t['target']:42}  n={_common.pow10(t['n'])}, m={t['m']:<2}: {t['detail']}")

@@ -1,4 +1,4 @@
-"""E2: chain extension in the database (spec quality.md, "Performance").
+"""E2: chain extension in the database (docs/quality-targets.md#performance).
 
 Values extended per second by the Celery task ``market.tasks.extend_chains``
 (run synchronously with ``apply``; on PostgreSQL it takes the fast path of
@@ -500,7 +500,7 @@ def main() -> dict:
     traced_growth = big["tracemalloc_peak_bytes"] / max(small["tracemalloc_peak_bytes"], 1)
     batch_growth = big["batch_peak_bytes"] / max(small["batch_peak_bytes"], 1)
     flat = batch_growth <= FLAT_FACTOR
-    print("Targets (quality.md E2):")
+    print("Targets (docs/quality-targets.md#performance E2):")
     for r in results:
         verdict = "PASS" if r["pass"] else "FAIL"
         print(f"{verdict:4}  extension >= {TARGET:.0%} of raw COPY   n={_common.pow10(r['n'])}: "

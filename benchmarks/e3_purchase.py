@@ -1,4 +1,4 @@
-"""E3: end-to-end time of a purchase (spec quality.md, "Performance").
+"""E3: end-to-end time of a purchase (docs/quality-targets.md#performance).
 
 One purchase of every value of a categorical attribute (m = 5) at epsilon
 0.35, for n = 10^4, 10^5 and 10^6 values, on PostgreSQL:
@@ -766,7 +766,7 @@ def main() -> dict:
     big_us = big["us_per_value"] if big["finished"] else big["us_per_value_at_least"]
     linear_factor = big_us / (small["us_per_value"] or float("nan"))
     linear = linear_factor <= LINEAR_FACTOR and big["finished"]
-    print("Targets (quality.md E3):")
+    print("Targets (docs/quality-targets.md#performance E3):")
     for r in results:
         if r["finished"]:
             print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: "

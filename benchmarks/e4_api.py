@@ -1,4 +1,4 @@
-"""E4: the buyer API under load (spec quality.md, "Performance").
+"""E4: the buyer API under load (docs/quality-targets.md#performance).
 
 Requests per second and p50/p99 latency of ``POST /api/v1/quotes/`` and
 ``POST /api/v1/purchases/`` with 1, 8 and 32 concurrent clients against
@@ -372,7 +372,7 @@ def main() -> dict:
     total_errors = sum(lv[k]["errors"] for lv in levels for k in ("health", "quote", "purchase"))
     not_sent = sum(lv[k]["not_sent"] for lv in levels for k in ("health", "quote", "purchase"))
     no_errors = total_errors == 0 and not_sent == 0
-    print("Targets (quality.md E4):")
+    print("Targets (docs/quality-targets.md#performance E4):")
     print(f"{'PASS' if no_errors else 'FAIL':4}  no errors                    {total_errors} errors"
           + (f", {not_sent} requests not sent within the time bound" if not_sent else "")
           + f" over {sum(lv[k]['requested'] for lv in levels for k in ('health', 'quote', 'purchase'))} requests")

@@ -1,4 +1,4 @@
-"""Reproduction of the ULDP paper's common-mechanism experiment (spec uldp.md; paper Sec. 6, Fig. 5).
+"""Reproduction of the ULDP paper's common-mechanism experiment (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum; paper Sec. 6, Fig. 5).
 
 *Domain*, shaped like the paper's Foursquare Manhattan data: a 25 x 25 grid (k = 625 regions) over a
 long, thin island (about 40 % of the cells are "water" with probability 0), check-ins concentrated
@@ -7,7 +7,7 @@ among the island cells; n = 179,527 users drawn iid from the distribution each r
 model of Props. 4, 7, 15 and 18; the paper sampled half of the population).
 
 *Mechanisms* across eps from 0.1 to 10: k-RR and RAPPOR (uRR and uRAP with every value sensitive, the
-spec's reductions), uRR and uRAP with the 15 sensitive regions, and no privacy (the empirical
+reference's reductions), uRR and uRAP with the 15 sensitive regions, and no privacy (the empirical
 distribution).  *Estimators*: emp (Eqs. 35/41), emp+thr (Bonferroni, alpha = 0.05) and EM
 (initialised with emp+thr; at most ``EM_MAX_ITER`` iterations, tolerance 1e-9).  RAPPOR's EM is not
 run: every one of its reports is a distinct 625-bit pattern, so one EM iteration costs n x 625
@@ -16,7 +16,7 @@ paper found "very close" to EM.
 
 *Errors*: TV = l1/2 and MSE = l2^2/k against the true distribution, averaged over the repetitions,
 and for emp the theory: the exact MSE (Props. 15/18, ``uldp.expected_l2``) and the asymptotic TV
-(Props. 4/7, ``uldp.expected_l1``).  The spec's hand-worked worst-case TV at eps = ln k for the
+(Props. 4/7, ``uldp.expected_l1``).  The reference's hand-worked worst-case TV at eps = ln k for the
 Foursquare sizes (uRR 0.0241, uRAP 0.0267, no privacy 0.0235) is printed from the same functions.
 
 Run: ``python -m benchmarks.uldp_reproduction [--reps R] [--seed S]`` (results to
@@ -105,7 +105,7 @@ def theory(p, sensitive, eps) -> dict:
 
 
 def foursquare_worst_case() -> dict:
-    """The spec's hand-worked worst-case TV at eps = ln k (k = 625, |S| = 15, n = 179,527)."""
+    """The reference's hand-worked worst-case TV at eps = ln k (k = 625, |S| = 15, n = 179,527)."""
     k, s, n = 625, 15, 179_527
     eps = math.log(k)
     e, N = math.exp(eps), k - s

@@ -1,4 +1,4 @@
-"""REST framework plumbing shared by every API view (spec service.md section 4).
+"""REST framework plumbing shared by every API view (docs/architecture.md#the-path-of-a-purchase).
 
 * :func:`problem_exception_handler`: every error is ``application/problem+json``
   (RFC 9457) with ``type``, ``title``, ``status``, ``detail``, ``instance`` and,

@@ -1,4 +1,4 @@
-"""Settings, all from the environment (12-factor, django-environ); spec service.md section 7.
+"""Settings, all from the environment (12-factor, django-environ); docs/operations.md.
 
 A ``.env`` file beside manage.py is read when present (``make run`` writes one
 with fresh keys on first use).  Defaults give the embedded set-up: SQLite and

@@ -3,12 +3,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 from . import health
+from .landing import LandingView
 
 urlpatterns = [
+    path("", LandingView.as_view(), name="landing"),
     path("admin/", admin.site.urls),
     path("health/", health.live, name="health"),
     path("health/ready/", health.ready, name="health-ready"),
     path("api/v1/", include("market.api.urls", namespace="api")),
+    # the browsable API's sign-in (session; the sign-in lockout applies): accounts/api_signin.py
+    path("api/auth/", include("accounts.api_signin")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # the split view serves its start-up script as a file: no inline script for the CSP to block
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs/swagger_ui.html"),

@@ -1,4 +1,4 @@
-"""Admin console for the market's models (spec service.md section 6; access rules in ``accounts.admin``).
+"""Admin console for the market's models (docs/budget-rules.md#the-audit; access rules in ``accounts.admin``).
 
 Datasets and attributes are curated by staff; values, chains, purchases,
 released outputs and holdings are read-only for everybody.  No page ever shows

@@ -1,4 +1,4 @@
-"""Stored chains: encoding, and growing them along the attribute's epsilon grid (spec service.md 3).
+"""Stored chains: encoding, and growing them along the attribute's epsilon grid (docs/architecture.md#the-path-of-a-chain-extension).
 
 A chain is stored as two little-endian arrays (``Chain`` model): micro-epsilons
 (int64) and outputs (int16, ``width`` per step).  Growth is vectorized: rows

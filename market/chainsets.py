@@ -7,7 +7,7 @@ Looking up epsilon e in every chain is one global ``searchsorted`` on
 any epsilon), so there is no Python loop over chains.
 
 ``at(e)`` returns, per chain, the output a purchase at e releases (spec
-service.md section 3, gradual-release.md section 3):
+docs/architecture.md#the-path-of-a-chain-extension, docs/mechanisms-reference.md#gradual-release-of-randomized-response):
 
 * a stored step at e: that step's output;
 * e between two stored steps lo < e < hi: ``bridge`` (needs no true value);

@@ -1,4 +1,4 @@
-"""From an owner's raw value to the mechanism's input, per attribute kind (spec gradual-release.md 5-6).
+"""From an owner's raw value to the mechanism's input, per attribute kind (docs/mechanisms-reference.md#numeric-values-mean-estimation).
 
 * categorical: the label's index in ``labels`` (m = number of labels);
 * binary: 0 or 1 (``labels`` name them, default "0"/"1");
@@ -8,7 +8,7 @@
 * string: the Bloom filter bits of (cohort, string), RAPPOR (section 6), with
   the cohort drawn uniformly; the chain runs on every bit.
 
-One-shot kinds (spec service.md section 8; no chain, the sealed input is read at
+One-shot kinds (docs/budget-rules.md#one-shot-losses-add-up; no chain, the sealed input is read at
 each release):
 
 * categorical under uRR/uRAP: the label's index, followed by the owner's PUM

@@ -1,4 +1,4 @@
-"""Datasets, attributes, owners' values and their stored relaxation chains (spec service.md 1, 3)."""
+"""Datasets, attributes, owners' values and their stored relaxation chains (docs/architecture.md#apps-and-models)."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -39,7 +39,7 @@ class Attribute(models.Model):
     where chains are pre-generated as ceilings grow; purchases may still ask
     for any epsilon (bridged, tightened or extended).
 
-    One-shot mechanisms (spec service.md section 8) have no chain: ``urr`` and
+    One-shot mechanisms (docs/budget-rules.md#one-shot-losses-add-up) have no chain: ``urr`` and
     ``urap`` (categorical, with a non-empty ``sensitive`` set of labels and
     optional ``pum_tags``), ``rr3`` (``ternary``: three states), ``lpp``
     (``graph``: weighted edges to ``num_items`` items) and ``private_sample``
@@ -129,12 +129,18 @@ class Attribute(models.Model):
 
     @property
     def domain_size(self) -> int:
-        """``m`` of the mechanism: categories, or 2 for binary, discretized numeric and Bloom bits."""
-        return len(self.labels) if self.kind == self.Kind.CATEGORICAL else 2
+        """``m``, the size of the domain the mechanism randomizes: the labels of a categorical or distribution
+        attribute; 3 states for a ternary value and for each item of a graph value (none, +1, -1); 2 for binary,
+        discretized numeric and each Bloom bit of a string."""
+        if self.kind in (self.Kind.CATEGORICAL, self.Kind.DISTRIBUTION):
+            return len(self.labels)
+        if self.kind in (self.Kind.TERNARY, self.Kind.GRAPH):
+            return 3
+        return 2
 
     @property
     def is_oneshot(self) -> bool:
-        """Whether values have no chain and every release is a one-shot draw (spec service.md section 8)."""
+        """Whether values have no chain and every release is a one-shot draw (docs/budget-rules.md#one-shot-losses-add-up)."""
         return self.mechanism != self.Mechanism.GRADUAL_RR
 
     @property
@@ -202,7 +208,7 @@ class Value(models.Model):
 
 
 class Chain(models.Model):
-    """The stored relaxation chain of a value, compact (spec service.md section 1).
+    """The stored relaxation chain of a value, compact (docs/architecture.md#apps-and-models).
 
     ``epsilons``: little-endian int64 micro-epsilons, strictly increasing.
     ``outputs``: little-endian int16 outputs, ``width`` per step, same order.
@@ -230,7 +236,7 @@ class Chain(models.Model):
 
 
 class Purchase(models.Model):
-    """A buyer's purchase of one attribute at one epsilon (spec service.md section 4).
+    """A buyer's purchase of one attribute at one epsilon (docs/architecture.md#the-path-of-a-purchase).
 
     The row is created first (idempotency key claimed), then filled by one
     transaction that releases every included value; a purchase is either
@@ -265,7 +271,9 @@ class Purchase(models.Model):
     request_hash = models.CharField(max_length=64)
     candidates = models.PositiveIntegerField(default=0)
     included = models.PositiveIntegerField(default=0)
-    excluded_ceiling = models.PositiveIntegerField(default=0)
+    excluded_ceiling = models.PositiveIntegerField(default=0)  # the ceiling is below the epsilon itself
+    # the ceiling is not below the epsilon, but the remaining budget (ceiling minus loss) is too small
+    excluded_budget = models.PositiveIntegerField(default=0)
     excluded_paused = models.PositiveIntegerField(default=0)
     excluded_withdrawn = models.PositiveIntegerField(default=0)
     excluded_no_raw = models.PositiveIntegerField(default=0)
@@ -274,7 +282,7 @@ class Purchase(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
-    # One-shot releases and surveys (spec service.md section 8); a chain purchase keeps the defaults.
+    # One-shot releases and surveys (docs/budget-rules.md#one-shot-losses-add-up); a chain purchase keeps the defaults.
     mechanism = models.CharField(max_length=32, choices=Mechanism.choices, default=Mechanism.GRADUAL_RR)
     parameters = models.JSONField(default=dict, blank=True,
                                   help_text="The mechanism's parameters as requested (eps1/eps2, family, theta, pi_b, "

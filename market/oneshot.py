@@ -1,4 +1,4 @@
-"""One-shot releases and surveys: charged to ``oneshot_loss``, atomically (spec service.md sections 2 and 8).
+"""One-shot releases and surveys: charged to ``oneshot_loss``, atomically (docs/budget-rules.md#budgets-and-ceilings).
 
 Mechanisms without gradual release draw afresh from the owner's sealed input at
 every release, and each release adds its exact epsilon to the value's
@@ -23,7 +23,7 @@ reuse ``Purchase`` (one idempotency claim, one API shape):
 (``ROUND_CEILING``), so the market never under-charges: uRR, uRAP, EWRR3, the
 private sampler, Warner, Simmons and Christofides at their design points are
 exactly the requested epsilon; RR3‡ and LPP‡ are ``max(eps2, eps1 + ln 2 -
-ln(1 + e^-eps2))`` (spec rr3.md "Privacy level", the exact level of the RR3‡
+ln(1 + e^-eps2))`` (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp, the exact level of the RR3‡
 matrix: (1, 1) -> 1.379886, (1, 2) -> 2.0), never ``eps1 + eps2``; IC is the
 realised deck's per-report ``ln(c3/c1)``, below the target (the deck is dealt
 for the actual number of respondents by ``surveys.ic_deck_counts``, exactly).
@@ -120,7 +120,7 @@ def ceil6(d: Decimal) -> Decimal:
 
 def lpp_level(eps1: Decimal, eps2: Decimal) -> Decimal:
     """The exact LDP level of RR3‡ / LPP‡ at ``p1 = e^eps1/(e^eps1+1)``, ``p2 = e^eps2/(e^eps2+1)`` in 40-digit
-    decimals: ``max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))`` (spec rr3.md; ``mechanisms.rr3.lpp_epsilon``)."""
+    decimals: ``max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))`` (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp; ``mechanisms.rr3.lpp_epsilon``)."""
     second = _CTX.add(_CTX.subtract(eps1, _CTX.ln(_CTX.add(Decimal(1), _CTX.exp(-eps2)))), _CTX.ln(Decimal(2)))
     return max(Decimal(eps2), second)
 
@@ -380,7 +380,8 @@ class Pool(Candidates):
 
     def excluded(self) -> dict:
         active = ~self.paused & ~self.withdrawn
-        return {"ceiling": int((self.over & active).sum()), "paused": int((self.paused & ~self.withdrawn).sum()),
+        ceiling, budget = self.excluded_over()
+        return {"ceiling": ceiling, "budget": budget, "paused": int((self.paused & ~self.withdrawn).sum()),
                 "withdrawn": int(self.withdrawn.sum()), "no_raw": int((~self.over & active & ~self.has_raw).sum())}
 
 
@@ -388,7 +389,8 @@ def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: 
     """The candidates as ``purchases.candidates`` reads them (``lock``: their budget rows ``FOR UPDATE`` in
     value-id order), and with ``inputs`` the sealed inputs of those that can be charged, aligned by row."""
     c = candidates(attribute, cohort, 0, lock=lock)
-    p = Pool(**{**vars(c), "over": c.chain_loss + c.oneshot_loss + int(charged_micro) > c.ceiling})
+    p = Pool(**{**vars(c), "over": c.chain_loss + c.oneshot_loss + int(charged_micro) > c.ceiling,
+                "below": int(charged_micro) > c.ceiling})
     if inputs:
         # Read under the budget locks (deleting a raw value locks its budget row too): one query over the
         # attribute's values that hold one, placed by value id.
@@ -414,7 +416,7 @@ def eligible_count(attribute: Attribute, cohort: int | None, spec: Spec) -> tupl
 # ================================================================================================== drawing
 
 def _pum(attribute: Attribute, x: np.ndarray, tags: np.ndarray):
-    """PUM pre-processing (spec uldp.md): the common mechanism's inputs over ``k + kappa`` values and its
+    """PUM pre-processing (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum): the common mechanism's inputs over ``k + kappa`` values and its
     sensitive set extended by the bots.  Without tags (kappa = 0) the inputs are unchanged."""
     k = len(attribute.labels)
     kappa = len(attribute.pum_tags)
@@ -606,6 +608,7 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
         purchase.candidates = int(cand.value_ids.size)
         purchase.included = int(inc.size)
         purchase.excluded_ceiling = excluded["ceiling"]
+        purchase.excluded_budget = excluded["budget"]
         purchase.excluded_paused = excluded["paused"]
         purchase.excluded_withdrawn = excluded["withdrawn"]
         purchase.excluded_no_raw = excluded["no_raw"]

@@ -1,7 +1,7 @@
 """Predicted errors (quotes) and estimates (completed purchases) of the one-shot mechanisms and surveys.
 
-Pure reads over ``mechanisms`` (spec uldp.md, rr3.md, private-sampling.md,
-surveys.md); nothing here touches the database.  A prediction is a function of
+Pure reads over ``mechanisms`` (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum, docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp, docs/mechanisms-reference.md#private-sampling-with-a-public-prior,
+docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); nothing here touches the database.  A prediction is a function of
 (mechanism, parameters, number of values) only, so a quote reveals nothing
 about the data.
 
@@ -57,7 +57,7 @@ def output_labels(attribute: Attribute) -> list[str] | None:
 
 
 def urap_terms(eps: float, theta: float | None) -> tuple[float, float, float]:
-    """``(theta, d1, d2)`` of uRAP (spec uldp.md Def. 4), overflow-free: ``theta = h/(h+1)`` by default,
+    """``(theta, d1, d2)`` of uRAP (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum Def. 4), overflow-free: ``theta = h/(h+1)`` by default,
     ``d1 = theta/((1-theta) e + theta)``, ``d2 = ((1-theta) e + theta)/e``."""
     if theta is None:
         theta, t = 1.0 / (1.0 + math.exp(-eps / 2.0)), 1.0 / (1.0 + math.exp(eps / 2.0))

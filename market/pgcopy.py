@@ -1,4 +1,4 @@
-"""PostgreSQL fast path of chain extension (spec service.md 3, quality.md E2).
+"""PostgreSQL fast path of chain extension (docs/architecture.md#the-path-of-a-chain-extension, docs/quality-targets.md#performance E2).
 
 A batch (the caller's transaction) moves its data in three statements, with
 no Python loop per row:

@@ -1,4 +1,4 @@
-"""Price policies: price per value as a non-decreasing function of epsilon (spec service.md section 4).
+"""Price policies: price per value as a non-decreasing function of epsilon (docs/architecture.md#the-path-of-a-purchase).
 
 A policy is a piecewise-linear curve through points ``(epsilon, price)``
 starting at epsilon 0, constant after its last point, and an owner share in

@@ -1,4 +1,4 @@
-"""Buyer-specific pseudonyms of values (spec service.md section 4).
+"""Buyer-specific pseudonyms of values (docs/architecture.md#the-path-of-a-purchase).
 
 ``pseudonym(buyer, value) = hex(HMAC-SHA256(LDP_PSEUDONYM_KEY, DOMAIN || buyer || value))[:32]``
 (128 bits).  Without the key a buyer cannot invert a pseudonym to a value id,

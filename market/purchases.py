@@ -1,4 +1,4 @@
-"""Purchases: release every included value of an attribute at one epsilon, atomically (spec service.md 2-4).
+"""Purchases: release every included value of an attribute at one epsilon, atomically (docs/budget-rules.md#budgets-and-ceilings).
 
 ``purchase_claim`` claims the buyer's idempotency key (a replay with the same
 body returns the same purchase; a different body is a conflict).
@@ -134,6 +134,14 @@ class Candidates:
     withdrawn: np.ndarray
     over: np.ndarray  # max(chain_loss, e) + oneshot_loss > ceiling
     has_raw: np.ndarray  # the raw value (and so the mechanism's input) is still held
+    below: np.ndarray  # the ceiling alone is below e; an ``over`` value that is not ``below`` lacks remaining budget
+
+    def excluded_over(self) -> tuple[int, int]:
+        """``(ceiling below e, remaining budget too small)`` among the values neither paused nor withdrawn that
+        are ``over``: the ceiling is below the epsilon itself, or it is not but what was already spent leaves too
+        little (docs/budget-rules.md#budgets-and-ceilings)."""
+        active = self.over & ~self.paused & ~self.withdrawn
+        return int((active & self.below).sum()), int((active & ~self.below).sum())
 
     @property
     def eligible(self) -> np.ndarray:
@@ -172,7 +180,7 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
         return Candidates(value_ids=col("value_id"), owner_ids=col("owner_id"), ceiling=ceiling,
                           chain_loss=chain_loss, oneshot_loss=oneshot, paused=rows["paused"].copy(),
                           withdrawn=rows["withdrawn"].copy(), has_raw=rows["has_raw"].copy(),
-                          over=np.maximum(chain_loss, e_micro) + oneshot > ceiling)
+                          over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling)
     qs = _budgets(attribute, cohort)
     if lock:
         qs = qs.select_for_update(of=("self",))
@@ -188,7 +196,7 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
         oneshot_loss=oneshot, paused=np.fromiter(cols[5], dtype=bool, count=n),
         withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n),
         has_raw=np.fromiter((d is None for d in cols[7]), dtype=bool, count=n),
-        over=np.maximum(chain_loss, e_micro) + oneshot > ceiling)
+        over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling)
 
 
 def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
@@ -246,7 +254,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
             progress(total_steps, total_steps)
         purchase.candidates = int(cand.value_ids.size)
         purchase.included = int(inc.size)
-        purchase.excluded_ceiling = int((cand.over & ~cand.paused & ~cand.withdrawn).sum())
+        purchase.excluded_ceiling, purchase.excluded_budget = cand.excluded_over()
         purchase.excluded_paused = int((cand.paused & ~cand.withdrawn).sum())
         purchase.excluded_withdrawn = int(cand.withdrawn.sum())
         purchase.excluded_no_raw = int(lookup.missing_input.sum())

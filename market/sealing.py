@@ -1,4 +1,4 @@
-"""Values at rest: a database dump alone reveals no raw value (spec quality.md).
+"""Values at rest: a database dump alone reveals no raw value (docs/quality-targets.md#reliability).
 
 Two keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
 

@@ -1,4 +1,4 @@
-"""Reads for the buyer API (spec service.md section 4): catalog histograms, quotes, outputs, estimates, progress.
+"""Reads for the buyer API (docs/architecture.md#the-path-of-a-purchase): catalog histograms, quotes, outputs, estimates, progress.
 
 Nothing here writes to the database.  What a buyer can learn from these reads:
 
@@ -99,6 +99,26 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
     return out
 
 
+#: Buckets of the catalog's default (summary) histogram; ``?histogram=full`` gives every bucket.
+SUMMARY_BUCKETS = 5
+
+
+def histogram_summary(histogram: list[tuple[Decimal, int]]) -> list[tuple[Decimal, int]]:
+    """At most ``SUMMARY_BUCKETS`` buckets of ``histogram``, evenly spaced over it, the first and last included."""
+    if len(histogram) <= SUMMARY_BUCKETS:
+        return list(histogram)
+    picks = np.unique(np.linspace(0, len(histogram) - 1, SUMMARY_BUCKETS).round().astype(int))
+    return [histogram[i] for i in picks.tolist()]
+
+
+def availability(histogram: list[tuple[Decimal, int]]) -> dict:
+    """What is for sale, in two numbers: values available at the grid's first epsilon, and the largest grid
+    epsilon at which any value is (with how many)."""
+    top = [(e, n) for e, n in histogram if n > 0]
+    return {"values": histogram[0][1] if histogram else 0,
+            "max_epsilon": top[-1][0] if top else None, "at_max_epsilon": top[-1][1] if top else 0}
+
+
 def price_policy_or_none(attribute: Attribute) -> PricePolicy | None:
     try:
         return PricePolicy.parse(attribute.price_policy)
@@ -180,6 +200,7 @@ class Quote:
     expires_at: datetime
     token: str = ""
     mechanism: str = Purchase.Mechanism.GRADUAL_RR
+    excluded_budget: int = 0  # ceiling not below the epsilon, but too little of it left (already spent)
     charged_epsilon: Decimal | None = None
     guarantee: str = ""
     parameters: dict = field(default_factory=dict)
@@ -212,7 +233,7 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     expires = timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS)
     q = Quote(
         attribute=attribute, epsilon=epsilon, cohort=cohort, candidates=int(cand.value_ids.size), included=n,
-        excluded_ceiling=int((cand.over & ~cand.paused & ~cand.withdrawn).sum()),
+        excluded_ceiling=cand.excluded_over()[0], excluded_budget=cand.excluded_over()[1],
         excluded_paused=int((cand.paused & ~cand.withdrawn).sum()), excluded_withdrawn=int(cand.withdrawn.sum()),
         excluded_no_raw=int(no_raw.sum()), price=units_to_decimal(int(charge.sum())),
         list_price=per_value * n, price_per_value=per_value, predicted=predicted_error(attribute, epsilon, n),
@@ -243,7 +264,8 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
     excluded = p.excluded()
     q = Quote(
         attribute=attribute, epsilon=spec.purchase_epsilon, cohort=cohort, candidates=int(p.value_ids.size),
-        included=n, excluded_ceiling=excluded["ceiling"], excluded_paused=excluded["paused"],
+        included=n, excluded_ceiling=excluded["ceiling"], excluded_budget=excluded["budget"],
+        excluded_paused=excluded["paused"],
         excluded_withdrawn=excluded["withdrawn"], excluded_no_raw=excluded["no_raw"], price=per_value * n,
         list_price=per_value * n, price_per_value=per_value, predicted=oneshot_stats.predicted(attribute, spec, n),
         expires_at=timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS), mechanism=spec.mechanism,
@@ -368,7 +390,7 @@ def estimate_outputs(attribute: Attribute, outputs: np.ndarray, eps) -> dict:
     ``outputs`` is (n, width); ``eps`` a number, or one epsilon per output (for
     outputs pooled from purchases at different epsilons: each output is
     debiased at its own epsilon and weighted by ``(p - q)^2``, spec
-    gradual-release.md section 4).  Categorical and binary: every category's
+    docs/mechanisms-reference.md#estimation).  Categorical and binary: every category's
     frequency (``mechanisms.estimators.confidence_intervals``) with the
     simplex projection and the maximum-likelihood estimate alongside; binary
     and numeric: the mean; strings: every Bloom bit's frequency.

@@ -1,4 +1,4 @@
-"""Market services: contributing values and growing their chains (spec service.md sections 1-3).
+"""Market services: contributing values and growing their chains (docs/architecture.md#apps-and-models).
 
 Each service is one transaction; the ledger block is written in it; Celery
 work is enqueued only on commit.

@@ -3,10 +3,10 @@
 Never imports Django.  Every function validates its input and raises
 ``ValueError`` with a readable message; every random draw comes from a
 cryptographically secure source unless a ``numpy.random.Generator`` is passed
-as ``rng``.  See spec gradual-release.md section 9 for the contract; the
+as ``rng``.  See docs/mechanisms-reference.md for the contract; the
 submodules ``estimators``, ``numeric``, ``rappor`` and ``audit`` hold sections
 4 to 7; ``uldp``, ``rr3``, ``private_sampling`` and ``surveys`` the other papers'
-mechanisms (spec uldp.md, rr3.md, private-sampling.md, surveys.md).  ``exactness`` (gradual release)
+mechanisms (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum, docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp, docs/mechanisms-reference.md#private-sampling-with-a-public-prior, docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  ``exactness`` (gradual release)
 and ``exactness_oneshot`` compute, from the integer laws the samplers draw, the privacy level they realise
 (docs/mechanisms.md, "Exact sampling").
 """

@@ -3,7 +3,7 @@
 ``draw_categorical`` / ``draw_iid`` (end of this module) sample any distribution by integer thresholds on
 its cumulative sum, for the private sampler and the surveys.
 
-All kernels of spec gradual-release.md (k-RR, a relaxation step, a bridge, a
+All kernels of docs/mechanisms-reference.md (k-RR, a relaxation step, a bridge, a
 tightening) have the same shape for a given row: one category ``first``
 with probability ``p1``, optionally a second one ``second`` with ``p2``, and
 every remaining category with the same probability ``r``.  One uniform word

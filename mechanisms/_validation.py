@@ -12,7 +12,7 @@ from decimal import Decimal
 import numpy as np
 
 #: Largest epsilon the mechanisms accept. The step kernels are evaluated in
-#: the stable forms of spec gradual-release.md section 2, which stay finite
+#: the stable forms of docs/mechanisms-reference.md#gradual-release-of-randomized-response, which stay finite
 #: and accurate up to here (exp(700) is finite in double precision).
 EPS_MAX = 700.0
 

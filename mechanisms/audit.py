@@ -1,4 +1,4 @@
-"""Privacy audit by inference, spec gradual-release.md section 7 (paper Sec. 6, Theorem 6.1).
+"""Privacy audit by inference, docs/mechanisms-reference.md#privacy-audit-by-inference (paper Sec. 6, Theorem 6.1).
 
 With X uniform on 0..m-1 and Y an eps-LDP k-RR of X, no attacker guesses X from Y with error below
 
@@ -66,7 +66,7 @@ def _log(p: float) -> float:
 def chain_log_likelihood(chains, epsilons, m) -> np.ndarray:
     """``L[i, a] = log Pr(o_1..o_L = chains[i] | X = a)``, an (n, m) array.
 
-    ``Pr = rr(eps_1)[a, o_1] * prod_i T_i[o_{i-1}, o_i]`` with the step kernels of spec section 2:
+    ``Pr = rr(eps_1)[a, o_1] * prod_i T_i[o_{i-1}, o_i]`` with the step kernels of docs/mechanisms-reference.md#gradual-release-of-randomized-response:
     from o_{i-1} = a: p_aa to a, r_a elsewhere; from o_{i-1} = b != a: p_ba to a, p_bb to b, r_b elsewhere.
     Zero probabilities give -inf.  Loops over a and over steps only.
     """

@@ -1,4 +1,4 @@
-"""Estimators for k-RR outputs, spec gradual-release.md sections 4 and 5.
+"""Estimators for k-RR outputs, docs/mechanisms-reference.md#estimation.
 
 With ``E = e^eps``, ``p = E/(E + m - 1)`` (keep) and ``q = 1/(E + m - 1)``
 (each other value), every formula is evaluated in the stable forms of

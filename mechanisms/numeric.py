@@ -1,4 +1,4 @@
-"""Numeric values with known bounds, spec gradual-release.md section 5 (paper Sec. 5.2).
+"""Numeric values with known bounds, docs/mechanisms-reference.md#numeric-values-mean-estimation (paper Sec. 5.2).
 
 A value ``x`` in [l, h] is **discretized once** to ``z = h`` with probability
 ``(x - l)/(h - l)``, else ``z = l``, so ``E[z] = x``.  The stored ``z`` (never

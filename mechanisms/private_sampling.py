@@ -1,4 +1,4 @@
-"""Minimax-optimal locally private sampling with a public prior (spec private-sampling.md, seed 002).
+"""Minimax-optimal locally private sampling with a public prior (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
 
 An owner summarised by a distribution ``p`` over ``n`` symbols releases **one sample** drawn from
 ``p @ K``, where ``K`` is an eps-LDP Markov kernel shaped by a public prior ``q``.  Privacy is with
@@ -165,8 +165,7 @@ def _parts(q: np.ndarray, eps: float) -> _Parts:
 
 
 def optimal_kernel(q, eps) -> np.ndarray:
-    """The minimax-optimal eps-LDP kernel with ``q @ K = q`` (spec private-sampling.md, "The optimal
-    mechanism (Algorithm 1)"): closed form in q's ascending order, permuted back, O(n^2).
+    """The minimax-optimal eps-LDP kernel with ``q @ K = q`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior): closed form in q's ascending order, permuted back, O(n^2).
 
     ``q`` must be strictly positive (restrict the alphabet to q's support).  ``K[i, j] = Pr(output j | i)``.
     """
@@ -183,7 +182,7 @@ def optimal_kernel(q, eps) -> np.ndarray:
 
 def randomized_response_kernel(n, eps) -> np.ndarray:
     """n-ary randomized response, ``E/(E + n - 1)`` on the diagonal and ``1/(E + n - 1)`` elsewhere: the
-    optimal kernel for uniform q (spec private-sampling.md, "The optimal mechanism"; paper Corollary 2)."""
+    optimal kernel for uniform q (docs/mechanisms-reference.md#private-sampling-with-a-public-prior; paper Corollary 2)."""
     return rr_matrix(check_eps(eps), check_m(n))
 
 
@@ -210,7 +209,7 @@ def _output_distribution(p: np.ndarray, pt: _Parts) -> np.ndarray:
 
 def sample(p, q, eps, rng=None):
     """Release one eps-LDP sample from ``p @ K`` with ``K = optimal_kernel(q, eps)`` (spec
-    private-sampling.md; the only releasing function; each sample costs eps of the owner's budget).
+    docs/mechanisms-reference.md#private-sampling-with-a-public-prior; the only releasing function; each sample costs eps of the owner's budget).
 
     ``p`` is the owner's distribution over q's alphabet (zeros allowed); a 2-D ``p`` holds one
     distribution per row (one owner each) and gives one sample per row.  Returns an ``int`` for 1-D
@@ -340,7 +339,7 @@ def _g_callable(f: Callable, x: np.ndarray) -> np.ndarray:
 
 
 def minimax_risk(q, eps, divergence) -> float:
-    """``Gamma_f(q, eps) = g(K*)``, ``K* = E q_min / (E q_min + 1 - q_min)`` (spec private-sampling.md,
+    """``Gamma_f(q, eps) = g(K*)``, ``K* = E q_min / (E q_min + 1 - q_min)`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior,
     "Minimax risk (Theorem 1)"): the smallest worst-case ``D_f(p || pK)`` over eps-LDP kernels keeping
     q invariant.  Named divergences use ``c = e^-eps (1/q_min - 1)``: TV ``c/(1+c)``, KL ``ln(1+c)``,
     chi-square ``c``, squared Hellinger ``2(1 - 1/sqrt(1+c))``."""
@@ -362,7 +361,7 @@ def minimax_risk(q, eps, divergence) -> float:
 
 
 def worst_case_divergence(K, divergence) -> float:
-    """``sup_p D_f(p || pK) = max_i g(K_ii)``, attained at a point mass (spec private-sampling.md,
+    """``sup_p D_f(p || pK) = max_i g(K_ii)``, attained at a point mass (docs/mechanisms-reference.md#private-sampling-with-a-public-prior,
     "Minimax risk"; paper Lemma 1), for any row-stochastic ``K``."""
     K = _check_kernel(K)
     kind = _divergence_name(divergence)
@@ -398,7 +397,7 @@ def _mollifier_bounds(p, q, eps):
 
 def mollifier_kl(p, q, eps) -> np.ndarray:
     """The relative eps-mollifier's KL projection ``argmin_r KL(p || r)`` over
-    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (spec private-sampling.md, "Baseline").
+    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
 
     ``r = min(max(q e^(-eps/2), p / C), q e^(eps/2))`` with ``u = 1/C`` solved exactly: ``sum r`` is
     piecewise linear and non-decreasing in ``u``, so the crossing segment is found by bisection over the
@@ -446,7 +445,7 @@ def mollifier_kl(p, q, eps) -> np.ndarray:
 
 def mollifier_tv(p, q, eps) -> np.ndarray:
     """The relative eps-mollifier's TV projection ``argmin_r TV(p, r)`` over
-    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (spec private-sampling.md, "Baseline"), by the
+    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior), by the
     paper's Appendix A.8 linear program: minimise ``sum z`` with ``z >= p - r``, ``z >= 0``,
     ``sum r = 1`` and the bounds on ``r`` (scipy HiGHS).  The optimum equals
     ``max(sum (p - hi)_+, sum (lo - p)_+)``."""
@@ -487,7 +486,7 @@ def kl(p, r) -> float:
 
 
 def f_divergence(p, r, f) -> float:
-    """``D_f(p || r) = sum_x r(x) f(p(x) / r(x))`` with ``0 f(0/0) = 0`` (spec private-sampling.md).
+    """``D_f(p || r) = sum_x r(x) f(p(x) / r(x))`` with ``0 f(0/0) = 0`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
 
     ``f`` is a name (``"tv"``, ``"kl"``, ``"chi2"``, ``"hellinger"``; see module docstring) or a callable
     convex ``f`` with ``f(1) = 0``, applied to arrays and finite at 0; a callable needs ``r > 0`` wherever

@@ -11,7 +11,7 @@ Sources:
 * ``None`` (the default) -> :func:`default_source`, a :class:`SecureRandom`:
   a ChaCha20 keystream keyed from the operating system's CSPRNG
   (``os.urandom``), re-keyed every 2**30 bytes and after ``fork()`` (so
-  Celery's forked workers never share a stream).  Spec quality.md allows "the
+  Celery's forked workers never share a stream).  docs/quality-targets.md#reliability allows "the
   OS CSPRNG ... or a stream cipher keyed from it"; ChaCha20 is the cipher the
   Linux kernel itself uses behind ``getrandom``.
 * :class:`OSRandom`: every word straight from ``os.urandom`` (slower; kept as

@@ -1,4 +1,4 @@
-"""k-ary randomized response (k-RR), spec gradual-release.md section 1.
+"""k-ary randomized response (k-RR), docs/mechanisms-reference.md#k-ary-randomized-response-k-rr.
 
 For a true value ``x`` in 0..m-1 and ``E = exp(eps)``:
 

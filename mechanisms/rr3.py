@@ -1,4 +1,4 @@
-"""Three-element randomized response and weighted bipartite graphs, spec rr3.md (Ma and Wang).
+"""Three-element randomized response and weighted bipartite graphs, docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp (Ma and Wang).
 
 Matrices (rows = true input 0, 1, 2; columns = output), spec "Matrices":
 
@@ -353,7 +353,7 @@ def rr3_ddagger_max_epsilons() -> tuple[Decimal, Decimal]:
 def perturb(values, P, rng=None) -> np.ndarray:
     """Draw an output for every input value ``x`` (a row index of ``P``) with ``Pr(j) = P[x, j]``.
 
-    Spec "Estimators" (the sampler behind every RR3 release and LPP‡).  ``P`` is a
+    Estimators (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp) (the sampler behind every RR3 release and LPP‡).  ``P`` is a
     ``mechanisms._sampling.CellTable`` of exact integer cells (:func:`ewrr_cells`,
     :func:`rr3_ddagger_cells`: what the service sells) or a float row-stochastic matrix, rounded by
     :func:`matrix_cells`.  One uniform word ``u`` per value; the output is the ``r``-th entry of the row's

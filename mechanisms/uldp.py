@@ -1,4 +1,4 @@
-"""Utility-optimized local differential privacy (ULDP), spec uldp.md (Murakami and Kawamoto).
+"""Utility-optimized local differential privacy (ULDP), docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum (Murakami and Kawamoto).
 
 Only some values are sensitive.  With a domain ``0..k-1``, a sensitive set ``S`` (size ``s``),
 ``N`` the rest, ``e = exp(eps)`` and ``h = exp(eps/2)``, a mechanism ``Q`` is (S, Y_P, eps)-ULDP

@@ -97,7 +97,8 @@ def mechanism_name(mechanism: str) -> str:
 
 def guarantee_words(guarantee: str, mechanism: str, epsilon) -> str:
     """What a release's ε guarantees, in plain words for the owner (the technical terms, ε-LDP and ε-ULDP, are in
-    docs/mechanisms.md; the improved Christofides survey's per-report protection assumes non-collusion)."""
+    docs/mechanisms.md; the improved Christofides survey's per-report protection assumes non-collusion:
+    docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
     eps = "—" if epsilon is None else format(Decimal(epsilon).normalize(), "f")
     survey = mechanism in SURVEY_MECHANISMS
     if guarantee == G.PER_REPORT:

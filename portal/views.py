@@ -1,4 +1,4 @@
-"""Views of the owner portal (spec service.md section 5): thin — validate with a form, call one service, render.
+"""Views of the owner portal (docs/architecture.md#apps-and-models): thin — validate with a form, call one service, render.
 
 Every owner page requires a signed-in owner (others: sign-in redirect, or 403
 for buyers, auditors and staff), is never cached, and reads only the owner's

@@ -1,4 +1,4 @@
-"""docker-compose.yml, checked for structure (Docker itself does not run here; spec service.md section 7).
+"""docker-compose.yml, checked for structure (Docker itself does not run here; docs/operations.md).
 
 Five services with health checks and healthy-dependency ordering; every command names something that
 exists in the project (the Celery app, the WSGI module, manage.py commands); and the environment each

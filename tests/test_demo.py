@@ -1,4 +1,4 @@
-"""``manage.py load_demo``: the paper's two experiments (spec gradual-release.md section 8, service.md section 7)."""
+"""``manage.py load_demo``: the paper's two experiments (docs/mechanisms-reference.md#the-demo-experiments, docs/operations.md)."""
 from __future__ import annotations
 
 import math
@@ -42,7 +42,7 @@ def raw_counts(attr: Attribute) -> Counter:
 
 
 def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:
-    """Privacy after k noisy samplings, spec gradual-release.md section 6, Eq. (65)."""
+    """Privacy after k noisy samplings, docs/mechanisms-reference.md#rappor-with-gradual-release, Eq. (65)."""
     ea, eb = math.exp(eps_alpha), math.exp(eps_beta) ** k
     return math.log((ea * eb + 1) / (ea + eb))
 
@@ -226,3 +226,31 @@ def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
                .values_list("oneshot_loss", flat=True)) == {Decimal("0.5")}
     report = audit_budgets()
     assert report.ok, report.as_text()
+
+
+def test_every_demo_attribute_says_in_plain_words_what_it_is():
+    """Issue 13: the demo attributes had no description; each now has its question, without paper jargon, and a
+    database loaded before is given them by the next ``load_demo``."""
+    load()
+    jargon = ("eps", "uRR", "RR3", "LPP", "RAPPOR", "paper", "⊥")
+    for attr in Attribute.objects.all():
+        assert attr.description.strip(), attr.name
+        assert not any(word in attr.description for word in jargon), (attr.name, attr.description)
+    Attribute.objects.filter(name="answer").update(description="")
+    load()
+    assert "yes/no" in Attribute.objects.get(name="answer").description
+
+
+def test_the_readme_finds_the_survey_attribute_by_name_and_says_what_the_survey_uses_up():
+    """Issue 13: the README's survey step used a fixed attribute id; it now looks the binary attribute up by its
+    name in the catalog, and that name is the demo's binary attribute."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    step = readme[readme.index("**9. Surveys.**"):readme.index("## For auditors")]
+    assert '"attribute": 1' not in step and '"attribute\\": $ANSWER' in step
+    name = step.split('a["name"] == "')[1].split('"')[0]
+    load()
+    attr = Attribute.objects.get(name=name)
+    assert attr.kind == Attribute.Kind.BINARY and attr.dataset.title == "Binary experiment"
+    assert "What it uses up" in step and "1.0" in step

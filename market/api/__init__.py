@@ -1,1 +1,1 @@
-"""The buyer REST API under /api/v1/ (spec service.md section 4): serializers, views and routes."""
+"""The buyer REST API under /api/v1/ (docs/architecture.md#the-path-of-a-purchase): serializers, views and routes."""

@@ -1,4 +1,4 @@
-"""Serializers of the buyer API (spec service.md section 4).
+"""Serializers of the buyer API (docs/architecture.md#the-path-of-a-purchase).
 
 Requests are validated here with messages meant for people (``accounts.epsilon.parse``
 for every epsilon).  Responses are built from plain dicts by the views (so a
@@ -148,6 +148,13 @@ class HistogramBucketSerializer(serializers.Serializer):
     available = serializers.IntegerField(help_text="How many values a purchase at this epsilon would include now.")
 
 
+class AvailabilitySerializer(serializers.Serializer):
+    values = serializers.IntegerField(help_text="Values a purchase at the grid's first epsilon would include now.")
+    max_epsilon = epsilon_out(allow_null=True, help_text="The largest grid epsilon at which any value is available "
+                                                         "now; null when none is.")
+    at_max_epsilon = serializers.IntegerField(help_text="How many values are available at max_epsilon.")
+
+
 class AttributeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -176,9 +183,11 @@ class AttributeSerializer(serializers.Serializer):
                   "use): the samplers' limit, above which they could not realise the epsilon charged "
                   "(docs/mechanisms.md).")
     price_policy = PricePolicySerializer(allow_null=True, help_text="Null when the attribute is not for sale.")
+    availability = AvailabilitySerializer(help_text="A summary of what is for sale now.")
     histogram = HistogramBucketSerializer(
-        many=True, help_text="Values available at each grid epsilon (every k-th point of a long grid): a histogram "
-                             "of the owners' ceilings, never raw values or owners.")
+        many=True, help_text="Values available at grid epsilons: a histogram of the owners' remaining budgets, never "
+                             "raw values or owners. By default a summary of at most 5 buckets evenly spaced over the "
+                             "grid; with ?histogram=full every grid point (every k-th of a long grid, at most 100).")
 
 
     @extend_schema_field({"type": "string", "example": str(MAX_SALE_EPSILON)})
@@ -310,7 +319,9 @@ class QuoteRequestSerializer(SurveyParametersMixin, MechanismParametersMixin, _R
 
 
 class ExcludedSerializer(serializers.Serializer):
-    ceiling = serializers.IntegerField(help_text="Values whose ceiling is below the epsilon.")
+    ceiling = serializers.IntegerField(help_text="Values whose ceiling is below the epsilon (charged) itself.")
+    budget = serializers.IntegerField(help_text="Values whose ceiling is not below the epsilon but whose remaining "
+                                                "budget (the ceiling minus what was already spent) is too small.")
     paused = serializers.IntegerField(help_text="Values whose owner paused sales.")
     withdrawn = serializers.IntegerField(help_text="Values whose owner withdrew.")
     no_raw = serializers.IntegerField(help_text="Values whose chain stops below the epsilon and whose raw datum "
@@ -362,7 +373,9 @@ class QuoteSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField()
     mechanism = serializers.ChoiceField(choices=Purchase.Mechanism.choices)
     charged_epsilon = epsilon_out(allow_null=True, help_text="One-shot and surveys: the exact epsilon each included "
-                                                             "value would be charged (rounded up to 6 places).")
+                                                             "value would be charged (rounded up to 6 places). "
+                                                             "Chain: the epsilon released (a value's chain loss "
+                                                             "becomes max(chain loss, epsilon)).")
     guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices)
     guarantee_label = serializers.CharField()
     parameters = serializers.DictField(child=serializers.CharField())
@@ -443,6 +456,15 @@ SURVEY_CREATE_REQUEST = PolymorphicProxySerializer(
     resource_type_field_name=None, many=False)
 
 
+def chain_release(mechanism: str, guarantee: str, charged_epsilon, epsilon):
+    """``(guarantee, charged epsilon)`` as the API reports them: a chain (``gradual_rr``) purchase or quote, stored
+    without either, releases epsilon-LDP outputs at its epsilon, so it reports ``ldp`` and that epsilon, like a
+    one-shot purchase reports its own."""
+    if mechanism == Purchase.Mechanism.GRADUAL_RR and not guarantee:
+        return LedgerEntry.Guarantee.LDP, (charged_epsilon if charged_epsilon is not None else epsilon)
+    return guarantee, charged_epsilon
+
+
 class ProgressSerializer(serializers.Serializer):
     processed = serializers.IntegerField()
     total = serializers.IntegerField()
@@ -453,10 +475,14 @@ class PurchaseSerializer(serializers.ModelSerializer):
     epsilon = epsilon_out(help_text="The epsilon asked for (RR3‡, LPP‡: the exact level of eps1 and eps2).")
     mechanism = serializers.ChoiceField(choices=Purchase.Mechanism.choices, read_only=True)
     parameters = serializers.DictField(read_only=True, help_text="The mechanism's parameters (one-shot and surveys).")
-    charged_epsilon = epsilon_out(allow_null=True, help_text="One-shot: the exact epsilon charged to each released "
-                                                             "value, rounded up to 6 places; null for chain "
-                                                             "purchases (their loss is the highest epsilon sold).")
-    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices, read_only=True)
+    charged_epsilon = epsilon_out(allow_null=True, help_text=(
+        "The epsilon of the release. One-shot: the exact epsilon added to each released value's loss, rounded up to "
+        "6 places. Chain (gradual_rr): the epsilon released; each value's chain loss becomes max(chain loss, "
+        "epsilon), so a value already sold at or above it is charged nothing more (docs/budget-rules.md"
+        "#chain-loss-the-maximum-released-epsilon). Null only while a purchase has not been priced."))
+    guarantee = serializers.ChoiceField(choices=LedgerEntry.Guarantee.choices, read_only=True,
+                                        help_text="What the released outputs guarantee: ldp (chain purchases and "
+                                                  "most one-shot ones), uldp, or per_report_non_collusion.")
     guarantee_label = serializers.SerializerMethodField()
     excluded = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField(help_text="While pending or running: values processed so far.")
@@ -473,11 +499,21 @@ class PurchaseSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.STR)
     def get_guarantee_label(self, obj):
-        return oneshot.guarantee_label(obj.guarantee)
+        return oneshot.guarantee_label(chain_release(obj.mechanism, obj.guarantee, obj.charged_epsilon,
+                                                     obj.epsilon)[0])
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        guarantee, charged = chain_release(instance.mechanism, instance.guarantee, instance.charged_epsilon,
+                                           instance.epsilon)
+        data["guarantee"] = guarantee
+        if data.get("charged_epsilon") is None and charged is not None:
+            data["charged_epsilon"] = self.fields["charged_epsilon"].to_representation(charged)
+        return data
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, obj):
-        return {"ceiling": obj.excluded_ceiling, "paused": obj.excluded_paused, "withdrawn": obj.excluded_withdrawn,
+        return {"ceiling": obj.excluded_ceiling, "budget": obj.excluded_budget, "paused": obj.excluded_paused, "withdrawn": obj.excluded_withdrawn,
                 "no_raw": obj.excluded_no_raw}
 
     @extend_schema_field(ProgressSerializer(allow_null=True))

@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
 from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
+from .root import ApiRootView
 from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
 app_name = "api"
@@ -16,6 +17,7 @@ router.register("purchases", PurchaseViewSet, basename="purchase")
 router.register("surveys", SurveyViewSet, basename="survey")
 
 urlpatterns = [
+    path("", ApiRootView.as_view(), name="root"),
     path("auth/token/", ObtainTokenView.as_view(), name="token"),
     path("auth/logout/", RevokeTokenView.as_view(), name="token-revoke"),
     path("auth/logout-all/", RevokeAllTokensView.as_view(), name="token-revoke-all"),

@@ -1,4 +1,4 @@
-"""The buyer REST API, ``/api/v1/`` (spec service.md section 4).
+"""The buyer REST API, ``/api/v1/`` (docs/architecture.md#the-path-of-a-purchase).
 
 Who may do what is decided by ``accounts.roles`` alone (docs/security.md, "Roles"; tested for every way a role
 is given in tests/api/test_authorization.py and tests/api/test_role_paths.py):
@@ -137,7 +137,7 @@ class PurchaseAccess(permissions.IsAuthenticated):
 
 # ----------------------------------------------------------------------------------------------- catalog
 
-def _attribute_payload(attribute: Attribute, histogram) -> dict:
+def _attribute_payload(attribute: Attribute, histogram, full_histogram: bool = False) -> dict:
     policy = selectors.price_policy_or_none(attribute)
     kind = attribute.kind
     return {
@@ -152,24 +152,40 @@ def _attribute_payload(attribute: Attribute, histogram) -> dict:
         "grid": {"start": attribute.grid_start, "step": attribute.grid_step, "stop": attribute.grid_stop},
         "price_policy": None if policy is None else {
             "points": [{"epsilon": e, "price": p} for e, p in policy.points], "owner_share": policy.owner_share},
-        "histogram": [{"epsilon": e, "available": n} for e, n in histogram],
+        "availability": selectors.availability(histogram),
+        "histogram": [{"epsilon": e, "available": n}
+                      for e, n in (histogram if full_histogram else selectors.histogram_summary(histogram))],
     }
 
 
-def _dataset_payloads(datasets) -> list[dict]:
+#: ``?histogram=``: the catalog's histograms as a summary (the default) or in full.
+HISTOGRAM_PARAMETER = OpenApiParameter(
+    "histogram", str, enum=["summary", "full"], required=False,
+    description="summary (the default): at most 5 buckets per attribute; full: every grid point (at most 100).")
+
+
+def _full_histogram(request) -> bool:
+    value = request.query_params.get("histogram", "summary")
+    if value not in ("summary", "full"):
+        raise drf_serializers.ValidationError({"histogram": ['Give "summary" (the default) or "full".']})
+    return value == "full"
+
+
+def _dataset_payloads(datasets, full_histogram: bool = False) -> list[dict]:
     datasets = list(datasets)
     attributes = [a for d in datasets for a in d.attributes.all()]
     histograms = selectors.ceiling_histograms(attributes)
     return [{"id": d.id, "title": d.title, "description": d.description, "created_at": d.created_at,
-             "attributes": [_attribute_payload(a, histograms[a.id])
+             "attributes": [_attribute_payload(a, histograms[a.id], full_histogram)
                             for a in sorted(d.attributes.all(), key=lambda a: a.id)]}
             for d in datasets]
 
 
 @extend_schema_view(
-    list=extend_schema(summary="The catalog",
+    list=extend_schema(summary="The catalog", parameters=[HISTOGRAM_PARAMETER],
                        responses={200: s.DatasetSerializer(many=True), **problems(400, 401, 429)}),
-    retrieve=extend_schema(summary="One dataset", responses={200: s.DatasetSerializer, **problems(401, 404, 429)}),
+    retrieve=extend_schema(summary="One dataset", parameters=[HISTOGRAM_PARAMETER],
+                           responses={200: s.DatasetSerializer, **problems(400, 401, 404, 429)}),
 )
 class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
     """Datasets and their attributes: kind, domain, mechanism, grid, price policy, availability by epsilon."""
@@ -179,11 +195,13 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
     filter_backends: list = []
 
     def list(self, request, *args, **kwargs):
+        full = _full_histogram(request)
         page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(s.DatasetSerializer(_dataset_payloads(page), many=True).data)
+        return self.get_paginated_response(s.DatasetSerializer(_dataset_payloads(page, full), many=True).data)
 
     def retrieve(self, request, *args, **kwargs):
-        return Response(s.DatasetSerializer(_dataset_payloads([self.get_object()])[0]).data)
+        full = _full_histogram(request)
+        return Response(s.DatasetSerializer(_dataset_payloads([self.get_object()], full)[0]).data)
 
 
 # ------------------------------------------------------------------------------------------------ quotes
@@ -196,24 +214,28 @@ def _policy_or_problem(attribute: Attribute):
 
 
 def _nothing_to_sell(q: selectors.Quote) -> NothingToSell:
-    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_paused} are paused, "
+    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_budget} have too little budget remaining "
+           f"(their ceiling minus what was already spent), {q.excluded_paused} are paused, "
            f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
     return NothingToSell(
         f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
         f"{why}. See the catalog's histogram for the epsilons available.",
-        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused,
+        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget,
+                                                        "paused": q.excluded_paused,
                                                         "withdrawn": q.excluded_withdrawn,
                                                         "no_raw": q.excluded_no_raw}})
 
 
 def _quote_payload(q: selectors.Quote) -> dict:
     p = q.predicted
+    guarantee, charged = s.chain_release(q.mechanism, q.guarantee, q.charged_epsilon, q.epsilon)
     return {
-        "mechanism": q.mechanism, "charged_epsilon": q.charged_epsilon, "guarantee": q.guarantee,
-        "guarantee_label": oneshot.guarantee_label(q.guarantee), "parameters": q.parameters,
+        "mechanism": q.mechanism, "charged_epsilon": charged, "guarantee": guarantee,
+        "guarantee_label": oneshot.guarantee_label(guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
-        "excluded": {"ceiling": q.excluded_ceiling, "paused": q.excluded_paused, "withdrawn": q.excluded_withdrawn,
+        "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget, "paused": q.excluded_paused,
+                     "withdrawn": q.excluded_withdrawn,
                      "no_raw": q.excluded_no_raw},
         "price": q.price, "list_price": q.list_price, "upgrade_credit": q.upgrade_credit,
         "price_per_value": q.price_per_value,

@@ -1,4 +1,4 @@
-"""Budget rules (spec service.md section 2): ceilings, schedules, pause/resume, and their ledger entries."""
+"""Budget rules (docs/budget-rules.md#budgets-and-ceilings): ceilings, schedules, pause/resume, and their ledger entries."""
 from __future__ import annotations
 
 import random

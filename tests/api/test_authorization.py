@@ -1,4 +1,4 @@
-"""Roles x endpoints x objects, exhaustively (spec quality.md, Authorization).
+"""Roles x endpoints x objects, exhaustively (docs/quality-targets.md#reliability, Authorization).
 
 Every (role, endpoint, object) cell below is one test: anonymous callers get
 401; owners and auditors never buy; a buyer reads only their own purchases (404

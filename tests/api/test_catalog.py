@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_catalog_lists_datasets_with_every_kind_of_attribute(api, categorical, binary, numeric, string):
-    page = api.get("/api/v1/datasets/")
+    page = api.get("/api/v1/datasets/?histogram=full")
     assert page.status_code == 200 and page["Content-Type"] == "application/json"
     body = page.json()
     assert body["next"] is None and body["previous"] is None
@@ -35,7 +35,7 @@ def test_catalog_lists_datasets_with_every_kind_of_attribute(api, categorical, b
                                               {"epsilon": "10.000000", "price": "0.0500"}], "owner_share": "0.8000"}
     hist = {h["epsilon"]: h["available"] for h in cat["histogram"]}
     assert len(hist) == 100 and hist["0.100000"] == hist["2.000000"] == 60 and hist["2.100000"] == 0
-    detail = api.get(f"/api/v1/datasets/{categorical.dataset_id}/").json()
+    detail = api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full").json()
     assert detail["attributes"][0] == cat
 
 
@@ -48,7 +48,7 @@ def test_histogram_counts_what_a_purchase_would_include(api, categorical):
     for v in values[15:20]:
         services.value_delete_raw(value_id=v.id)  # ceiling 5 but chains stop at 2: no extension possible
     hist = {h["epsilon"]: h["available"]
-            for h in api.get(f"/api/v1/datasets/{categorical.dataset_id}/").json()["attributes"][0]["histogram"]}
+            for h in api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full").json()["attributes"][0]["histogram"]}
     assert hist["0.500000"] == 60 - 5 - 3
     assert hist["0.600000"] == 60 - 5 - 3 - 10
     assert hist["2.000000"] == 60 - 5 - 3 - 10
@@ -63,13 +63,13 @@ def test_long_grids_are_thinned_to_100_buckets(api):
                                             grid_stop=Decimal("30"), price_policy=POLICY)
     points = selectors.grid_points(attribute)
     assert 0 < points.size <= selectors.MAX_BUCKETS and points[0] > 0
-    hist = api.get(f"/api/v1/datasets/{attribute.dataset_id}/").json()["attributes"][0]["histogram"]
+    hist = api.get(f"/api/v1/datasets/{attribute.dataset_id}/?histogram=full").json()["attributes"][0]["histogram"]
     assert len(hist) == points.size and all(h["available"] == 0 for h in hist)
 
 
 def test_the_catalog_names_the_epsilon_limit(api):
     attribute = CategoricalAttributeFactory(price_policy=POLICY)
-    body = api.get(f"/api/v1/datasets/{attribute.dataset_id}/").json()
+    body = api.get(f"/api/v1/datasets/{attribute.dataset_id}/?histogram=full").json()
     assert body["attributes"][0]["max_epsilon"] == "30"
 
 
@@ -92,8 +92,37 @@ def test_unknown_dataset_is_404_problem(api):
 def test_a_single_owner_shows_only_as_a_count(api, owner):
     attribute = CategoricalAttributeFactory(price_policy=POLICY)
     (value,) = contribute(attribute, ["green"], ceiling="1")
-    body = api.get(f"/api/v1/datasets/{attribute.dataset_id}/").json()
+    body = api.get(f"/api/v1/datasets/{attribute.dataset_id}/?histogram=full").json()
     hist = {h["epsilon"]: h["available"] for h in body["attributes"][0]["histogram"]}
     assert hist["1.000000"] == 1 and hist["1.100000"] == 0
     text = str(body)
     assert value.owner.username not in text and "curator" not in text
+
+
+def test_the_catalog_is_a_summary_by_default_and_the_full_histogram_on_request(api, categorical, binary, numeric,
+                                                                                string):
+    """Issue 13: the catalog was 77 KB for six attributes, because every attribute carried its whole histogram (up
+    to 100 buckets).  By default it carries a summary (at most 5 buckets, and what is available in two numbers);
+    ``?histogram=full`` gives every bucket."""
+    summary = api.get("/api/v1/datasets/")
+    full = api.get("/api/v1/datasets/?histogram=full")
+    assert summary.status_code == full.status_code == 200
+    assert len(summary.content) * 3 < len(full.content), (len(summary.content), len(full.content))
+    small = {a["id"]: a for d in summary.json()["results"] for a in d["attributes"]}
+    large = {a["id"]: a for d in full.json()["results"] for a in d["attributes"]}
+    cat = categorical.id
+    assert len(large[cat]["histogram"]) == 100 and len(small[cat]["histogram"]) == 5
+    assert small[cat]["histogram"][0] == large[cat]["histogram"][0]
+    assert small[cat]["histogram"][-1] == large[cat]["histogram"][-1]
+    assert all(bucket in large[cat]["histogram"] for bucket in small[cat]["histogram"])
+    for attribute in (small[cat], large[cat]):  # the same summary either way
+        top = [b for b in large[cat]["histogram"] if b["available"] > 0][-1]
+        assert attribute["availability"] == {"values": large[cat]["histogram"][0]["available"],
+                                             "max_epsilon": top["epsilon"], "at_max_epsilon": top["available"]}
+    detail = api.get(f"/api/v1/datasets/{categorical.dataset_id}/").json()
+    assert len(detail["attributes"][0]["histogram"]) == 5
+    assert api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full").json() \
+        ["attributes"][0]["histogram"] == large[cat]["histogram"]
+    bad = api.get("/api/v1/datasets/?histogram=everything")
+    assert bad.status_code == 400 and bad["Content-Type"].startswith("application/problem+json")
+    assert "histogram" in bad.json()["detail"]

@@ -1,4 +1,4 @@
-"""Every operation of the OpenAPI schema fuzzed with schemathesis: no input makes a 5xx (quality.md, "Bad input").
+"""Every operation of the OpenAPI schema fuzzed with schemathesis: no input makes a 5xx (docs/quality-targets.md#reliability).
 
 The schema is loaded in-process from the Django WSGI application (``/api/schema/``) and every operation it
 declares is fuzzed -- new endpoints are picked up without touching this file.  The data is real, so that the

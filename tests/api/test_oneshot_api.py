@@ -60,7 +60,7 @@ def post(client, path, body, key=None):
 
 
 def test_catalog_describes_the_oneshot_attributes(api, oneshot):
-    attrs = {a["mechanism"]: a for d in api.get("/api/v1/datasets/").json()["results"] for a in d["attributes"]}
+    attrs = {a["mechanism"]: a for d in api.get("/api/v1/datasets/?histogram=full").json()["results"] for a in d["attributes"]}
     assert attrs["urr"]["sensitive"] == ["a", "b"] and attrs["urr"]["pum_tags"] == ["home", "work"]
     assert attrs["urr"]["labels"] == ["a", "b", "c", "d", "e"]
     assert attrs["rr3"]["kind"] == "ternary" and attrs["rr3"]["labels"] == ["none", "plus", "minus"]
@@ -75,7 +75,7 @@ def test_histogram_of_a_oneshot_attribute_counts_losses_and_leaves_out_deleted_r
     vs = list(Value.objects.filter(attribute=attribute).order_by("id"))
     value_delete_raw(value_id=vs[0].id)
     BudgetAccount.objects.filter(value=vs[1]).update(chain_loss=Decimal("0"), oneshot_loss=Decimal("3"))
-    hist = {h["epsilon"]: h["available"] for d in api.get("/api/v1/datasets/").json()["results"]
+    hist = {h["epsilon"]: h["available"] for d in api.get("/api/v1/datasets/?histogram=full").json()["results"]
             for a in d["attributes"] if a["id"] == attribute.id for h in a["histogram"]}
     assert hist["2.000000"] == 29 and hist["2.100000"] == 28 and hist["5.000000"] == 28
     for eps in ("2", "2.1"):
@@ -173,7 +173,9 @@ def test_two_purchases_compose_additively_through_the_api(api, oneshot):
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
         Decimal("5")}
     problem = assert_problem(post(api, "/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "0.1"}), 400)
-    assert problem["excluded"]["ceiling"] == 40
+    # the ceiling (5) is not below 0.1: the 5 already spent leaves no remaining budget, and the problem says so
+    assert (problem["excluded"]["ceiling"], problem["excluded"]["budget"]) == (0, 40)
+    assert "40 have too little budget remaining" in problem["detail"] and "0 have a ceiling below it" in problem["detail"]
 
 
 BAD = [

@@ -174,7 +174,7 @@ def test_a_quote_whose_price_went_up_is_refused(api, categorical):
 def test_epsilon_above_every_ceiling_is_a_clear_400_and_claims_nothing(api, categorical):
     r = buy(api, categorical.id, "5")
     problem = assert_problem(r, 400)
-    assert problem["excluded"]["ceiling"] == 60 and problem["candidates"] == 60
+    assert problem["excluded"]["ceiling"] == 60 and problem["excluded"]["budget"] == 0 and problem["candidates"] == 60
     assert "ceiling" in problem["detail"]
     assert not Purchase.objects.exists()
 
@@ -374,3 +374,21 @@ def test_concurrent_replays_charge_once_and_agree():
     assert credit(buyer) == Decimal("100") - price(300, "1.5")
     final = buy(client_for(buyer), attribute.id, "1.5", key="together")
     assert final.status_code == 200 and final.json() == completed[0]
+
+
+def test_chain_purchases_report_their_guarantee_and_charged_epsilon_like_one_shot_ones(api, categorical):
+    """Issue 13: a chain purchase said ``guarantee: ""`` and ``charged_epsilon: null`` where a one-shot purchase
+    says what it guarantees and charges; both now report them (a chain releases epsilon-LDP outputs at its epsilon)."""
+    quoted = api.post("/api/v1/quotes/", {"attribute": categorical.id, "epsilon": "1.5"}, format="json").json()
+    assert (quoted["guarantee"], quoted["charged_epsilon"], quoted["guarantee_label"]) == (
+        "ldp", "1.500000", "epsilon-LDP")
+    bought = buy(api, categorical.id, "1.5")
+    assert bought.status_code == 201, bought.content
+    body = bought.json()
+    assert (body["mechanism"], body["guarantee"], body["charged_epsilon"], body["guarantee_label"]) == (
+        "gradual_rr", "ldp", "1.500000", "epsilon-LDP")
+    assert api.get(f"/api/v1/purchases/{body['id']}/").json()["charged_epsilon"] == "1.500000"
+    listed = api.get("/api/v1/purchases/").json()["results"][0]
+    assert (listed["guarantee"], listed["charged_epsilon"]) == ("ldp", "1.500000")
+    stored = Purchase.objects.get(id=body["id"])  # the stored row is unchanged: the database's rules hold
+    assert (stored.guarantee, stored.charged_epsilon) == ("", None)

@@ -116,3 +116,47 @@ def test_export_server_and_python_paths_write_the_same_bytes(market):
 
     for qs in (LedgerEntry.objects.all(), LedgerEntry.objects.filter(value__owner=market.fixed[3].owner)):
         assert "".join(_rows_copy(qs)) == "".join(_rows_python(qs, 7))
+
+
+def test_export_command_reports_rows_not_chunks_and_refuses_unknown_users(market, tmp_path):
+    """Issue 13: the command printed the number of chunks of the stream (0 for a small ledger) as "ledger
+    entries", and a mistyped --owner or --buyer exported an empty ledger without a word."""
+    path = tmp_path / "ledger.csv"
+    err = io.StringIO()
+    call_command("export_ledger", "-o", str(path), stderr=err)
+    total = LedgerEntry.objects.count()
+    assert total > 50 and len(list(csv.DictReader(path.open()))) == total
+    assert err.getvalue().strip() == f"{total} ledger entries written to {path}"
+    err, out = io.StringIO(), io.StringIO()
+    call_command("export_ledger", "--buyer", market.buyer.username, stdout=out, stderr=err)
+    rows = len(list(csv.DictReader(io.StringIO(out.getvalue()))))
+    assert err.getvalue().strip() == f"{rows} ledger entries written to stdout" and rows > 0
+    owner = market.fixed[3].owner
+    err = io.StringIO()
+    call_command("export_ledger", "--owner", str(owner.id), "-o", str(path), stderr=err)
+    assert err.getvalue().strip() == f"{LedgerEntry.objects.filter(value__owner=owner).count()} ledger entries " \
+                                     f"written to {path}"
+    for option in ("--owner", "--buyer"):
+        with pytest.raises(CommandError, match=f"{option}: no user with id or username 'nobody-here'"):
+            call_command("export_ledger", option, "nobody-here", stdout=io.StringIO(), stderr=io.StringIO())
+        with pytest.raises(CommandError, match="no user"):
+            call_command("export_ledger", option, "99999999", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_a_mistyped_anchor_is_not_found_not_rewritten(market):
+    """Issue 13: a mistyped ``--anchor`` was reported as "the chain was rewritten"."""
+    from accounts import audit
+
+    head = audit.audit_budgets().head_hash
+    assert audit.audit_budgets(anchor=head).ok
+    typo = head[:10] + ("0" if head[10] != "0" else "1") + head[11:]
+    report = audit.audit_budgets(anchor=typo)
+    (check,) = report.failed
+    assert "not found" in check.examples[0] and head in check.examples[0] and "rewritten" not in check.examples[0]
+    with pytest.raises(CommandError, match="is not a block hash"):
+        call_command("audit_budgets", "--anchor", head[:16], stdout=io.StringIO())
+    with pytest.raises(CommandError, match="is not a block hash"):
+        call_command("audit_budgets", "--anchor", "zz" + head[2:], stdout=io.StringIO())
+    other = "ab" * 32
+    (check,) = audit.audit_budgets(anchor=other).failed
+    assert check.examples[0].startswith(f"anchor {other} not found")

@@ -106,3 +106,40 @@ def test_attribute_without_values_is_reported_not_failed(db):
     CategoricalAttributeFactory()
     report = privacy_audit(sample=10)
     assert report.ok and "no stored chains" in report.attributes[0].note and report.png is None
+
+
+def test_an_attribute_with_nothing_sampled_is_skipped_not_passed(db, honest, tmp_path):
+    """Issue 13: an attribute whose chains were never attacked (no values, or a one-shot mechanism) was printed as
+    [PASS]; it is [SKIPPED], and the result says how many attributes were audited."""
+    from tests.factories import UrrAttributeFactory
+
+    empty = CategoricalAttributeFactory()
+    oneshot = UrrAttributeFactory()
+    report = privacy_audit(sample=360, levels=2, rng=np.random.default_rng(3))
+    by_id = {a.attribute_id: a for a in report.attributes}
+    assert report.ok  # skipping is no failure
+    assert (by_id[empty.id].status, by_id[oneshot.id].status, by_id[honest.id].status) == ("SKIPPED", "SKIPPED", "PASS")
+    text = report.as_text()
+    assert f"[SKIPPED] attribute {empty.id} " in text and f"[PASS] attribute {empty.id} " not in text
+    assert f"[SKIPPED] attribute {oneshot.id} " in text and f"[PASS] attribute {honest.id} " in text
+    assert "RESULT: PASS (1 attribute audited, 2 skipped;" in text
+    assert {a["attribute"]: a["status"] for a in report.as_dict()["attributes"]}[empty.id] == "SKIPPED"
+
+
+def test_the_audit_shows_the_right_m_for_every_kind(db):
+    """Issue 13: every attribute but a categorical one was shown with m = 2 (a ternary value has 3 states, a
+    distribution as many labels as it has, a graph 3 states per item)."""
+    from tests.factories import (DistributionAttributeFactory, GraphAttributeFactory, TernaryAttributeFactory,
+                                 UrrAttributeFactory)
+
+    expected = {CategoricalAttributeFactory(): (3, "m = 3"), BinaryAttributeFactory(): (2, "m = 2"),
+                NumericAttributeFactory(): (2, "m = 2 (discretized to its bounds)"),
+                StringAttributeFactory(): (2, "m = 2 per Bloom bit"), TernaryAttributeFactory(): (3, "m = 3 states"),
+                GraphAttributeFactory(): (3, "m = 3 states per item"),
+                DistributionAttributeFactory(): (3, "m = 3"), UrrAttributeFactory(): (5, "m = 5")}
+    report = privacy_audit(sample=10, plot=False)
+    by_id = {a.attribute_id: a for a in report.attributes}
+    text = report.as_text()
+    for attribute, (m, words) in expected.items():
+        assert (by_id[attribute.id].m, by_id[attribute.id].domain) == (m, words), attribute.kind
+        assert f"attribute {attribute.id} {attribute} ({words}, {attribute.kind})" in text

@@ -34,7 +34,8 @@ pytestmark = [
 
 PAGES = ["/admin/", "/admin/accounts/ledgerentry/", "/admin/accounts/ledgerentry/overview/",
          "/admin/accounts/ledgerentry/audit/", "/admin/accounts/user/", "/admin/accounts/user/add/",
-         "/admin/market/dataset/", "/admin/axes/accessattempt/", "/api/v1/datasets/", "/api/v1/purchases/"]
+         "/admin/market/dataset/", "/admin/axes/accessattempt/", "/api/v1/datasets/", "/api/v1/purchases/",
+         "/", "/api/v1/", "/api/auth/login/"]
 
 
 def test_admin_and_browsable_api_pages_work_under_the_policy(live_server, transactional_db):

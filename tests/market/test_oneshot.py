@@ -1,4 +1,4 @@
-"""One-shot mechanisms and surveys through the services (spec service.md sections 2 and 8, issue 7 items 2, 3, 5).
+"""One-shot mechanisms and surveys through the services (docs/budget-rules.md#budgets-and-ceilings, issue 7 items 2, 3, 5).
 
 Values without chains; raw values validated per kind; PUM tags sealed; the exact charged epsilon (rounded up);
 additive composition of one-shot releases, and their combination with chain losses against the ceiling;
@@ -192,7 +192,7 @@ def test_pum_tags_are_sealed_owner_only_and_visible_to_the_owner_alone():
 
 @pytest.mark.parametrize("mechanism", ["urr", "urap"])
 def test_a_tagged_value_is_released_as_its_bot_never_as_itself(mechanism):
-    """PUM (spec uldp.md): a tagged non-sensitive value is replaced by the bot, so its own label is never output --
+    """PUM (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum): a tagged non-sensitive value is replaced by the bot, so its own label is never output --
     an event of probability exactly 0, whatever the seed; untagged non-sensitive values are (almost) kept."""
     factory = UrrAttributeFactory if mechanism == "urr" else UrapAttributeFactory
     attribute = factory(price_policy=POLICY)
@@ -226,7 +226,7 @@ def _outputs(purchase):
                                                ("0.5", "0.25", None), ("3", "0.1", None), ("0.01", "5", None),
                                                ("15", "15", None), ("30", "29.5", None)])  # 30: the limit
 def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exact):
-    """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places (spec rr3.md: (1, 1) is
+    """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp: (1, 1) is
     1.37988549..., so 1.379886; (1, 2) is 2.0, not the paper's 1.5662)."""
     ternary, graph = TernaryAttributeFactory(), GraphAttributeFactory()
     a = oneshot.parse_spec(ternary, family="rr3_ddagger", eps1=eps1, eps2=eps2)
@@ -268,11 +268,12 @@ def test_oneshot_releases_compose_additively():
     buyer = funded_buyer()
     for k in range(2):
         p = run(buyer, attribute, epsilon="0.5", rng=np.random.default_rng(k))
-        assert (p.included, p.excluded_ceiling) == (12, 0)
+        assert (p.included, p.excluded_ceiling, p.excluded_budget) == (12, 0, 0)
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
         D("1.0")}
     refused = run(buyer, attribute, epsilon="0.5")
-    assert (refused.included, refused.excluded_ceiling, refused.price) == (0, 12, 0)
+    # the ceiling 1.2 is not below 0.5: what is left of it (0.2) is
+    assert (refused.included, refused.excluded_ceiling, refused.excluded_budget, refused.price) == (0, 0, 12, 0)
     last = run(buyer, attribute, epsilon="0.2", rng=np.random.default_rng(9))
     assert last.included == 12
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("oneshot_loss", flat=True)) == {
@@ -299,7 +300,8 @@ def test_chain_and_oneshot_losses_combine_against_the_ceiling():
         (D("0.6"), D("0.4"))}
     higher, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.7", cohort=None, idempotency_key="c2")
     higher = purchase_execute(purchase_id=higher.id)
-    assert (higher.included, higher.excluded_ceiling) == (0, 20)  # max(0.6, 0.7) + 0.4 > 1
+    # max(0.6, 0.7) + 0.4 > 1, but the ceiling 1 is not below 0.7: a remaining-budget refusal
+    assert (higher.included, higher.excluded_ceiling, higher.excluded_budget) == (0, 0, 20)
     again, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.6", cohort=None, idempotency_key="c3")
     assert purchase_execute(purchase_id=again.id).included == 20  # at the chain's loss: no new privacy spent
     report = audit.audit_budgets()

@@ -1,4 +1,4 @@
-"""Atomic charging of one-shot releases under concurrency (spec service.md section 2, quality.md): real threads,
+"""Atomic charging of one-shot releases under concurrency (docs/budget-rules.md#budgets-and-ceilings, docs/quality-targets.md#reliability): real threads,
 real PostgreSQL connections.
 
 Several buyers run one-shot purchases (uRR) at once over values whose ceilings admit only some of them, while

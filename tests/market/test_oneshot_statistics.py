@@ -84,7 +84,7 @@ def test_urap_bits_follow_their_bernoulli_laws():
     payload = _inputs(attribute, ids)
     z = oneshot._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [200, 200, 200, 160, 200, 0, 40]
-    h, e = math.exp(eps / 2), math.exp(eps)  # Def. 4 (spec uldp.md), independently of the service's helpers
+    h, e = math.exp(eps / 2), math.exp(eps)  # Def. 4 (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum), independently of the service's helpers
     theta = h / (h + 1)
     d1, d2 = theta / ((1 - theta) * e + theta), ((1 - theta) * e + theta) / e
     S = set(z.sensitive.tolist())
@@ -115,7 +115,7 @@ def test_rr3_outputs_follow_the_matrix(request_):
     ids, out = _released(purchase)
     x = domain.oneshot_inputs(attribute, _inputs(attribute, ids))
     keep = lambda e: math.exp(float(e)) / (math.exp(float(e)) + 1)  # noqa: E731
-    if "eps1" in request_:  # the law, from the spec (rr3.md), independently of the service's own matrix
+    if "eps1" in request_:  # the law, from the spec (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp), independently of the service's own matrix
         P = rr3.rr3_ddagger(keep(request_["eps1"]), keep(request_["eps2"]))
     else:
         e = math.exp(float(request_["epsilon"]))

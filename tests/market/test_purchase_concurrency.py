@@ -1,8 +1,8 @@
-"""Composition under concurrency (issue 4 item 3, spec quality.md): real threads, real PostgreSQL connections.
+"""Composition under concurrency (issue 4 item 3, docs/quality-targets.md#reliability): real threads, real PostgreSQL connections.
 
 Many purchases by several buyers run at once over the same values, whose
 ceilings admit only some epsilons.  Afterwards every invariant of spec
-service.md section 2 holds: no loss above its ceiling, each budget's
+docs/budget-rules.md#budgets-and-ceilings holds: no loss above its ceiling, each budget's
 chain_loss is the highest epsilon in its ledger, the hash chain is intact,
 and money adds up to the cent.
 """

@@ -1,4 +1,4 @@
-"""A large purchase on a REAL Celery worker, killed in the middle (spec quality.md, "Worker faults").
+"""A large purchase on a REAL Celery worker, killed in the middle (docs/quality-targets.md#reliability).
 
 The worker (``tests.workerproc``: prefork, the production settings, the test PostgreSQL database, a Redis
 broker and cache namespace of the test's own) runs ``market.tasks.run_purchase`` for a purchase of ``N``

@@ -1,4 +1,4 @@
-"""Values at rest (spec quality.md): sealed raw values and mechanism inputs, and what a database dump shows."""
+"""Values at rest (docs/quality-targets.md#reliability): sealed raw values and mechanism inputs, and what a database dump shows."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Nothing stranded, on REAL Celery workers (docs/operations.md, "Recovery"; spec quality.md, "Reliability").
+"""Nothing stranded, on REAL Celery workers (docs/operations.md, "Recovery"; docs/quality-targets.md#reliability).
 
 * A worker SIGKILLed (its whole process group) in the middle of a purchase: nobody retries, no message is
   redelivered (the broker's visibility timeout is an hour here, as in production), and the sweeper that Celery

@@ -6,7 +6,7 @@ database, key prefix, queue) of the test's own, so no stale task from elsewhere 
 nothing from anyone else; what the service path enqueues on commit is sent there.  The tests commit their
 data (``transaction=True``) so the worker sees it, and always stop their workers and drop their namespace.
 
-Fault tests (spec quality.md, "Worker faults"): the worker is SIGKILLed in the middle of an extension that
+Fault tests (docs/quality-targets.md#reliability): the worker is SIGKILLed in the middle of an extension that
 runs in many small batches (``LDP_EXTENSION_BATCH``), after some batches have committed.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Privacy audit by inference (spec gradual-release.md section 7, paper Sec. 6 / Theorem 6.1).
+"""Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference, paper Sec. 6 / Theorem 6.1).
 
 Exact tests enumerate every chain of small domains; statistical tests use fixed seeds and 4-standard-
 error bands, and the comment beside each names the bug it would catch.

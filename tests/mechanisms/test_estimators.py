@@ -1,4 +1,4 @@
-"""Estimators (spec gradual-release.md sections 4-5): exact formulas, Monte Carlo, post-processing.
+"""Estimators (docs/mechanisms-reference.md#estimation): exact formulas, Monte Carlo, post-processing.
 
 Monte Carlo tests use seeded Generators and tolerances derived from the
 variance formulas: a mean of R estimates must lie within 4 standard errors

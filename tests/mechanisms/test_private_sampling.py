@@ -1,4 +1,4 @@
-"""Locally private sampling with a public prior (spec private-sampling.md, seed 002).
+"""Locally private sampling with a public prior (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
 
 Exact checks: the hand-worked kernel and risks, the closed form against the paper's recursive
 Algorithm 1, the kernel properties (row-stochastic, ``q @ K = q``, exact LDP level by enumeration of
@@ -372,7 +372,7 @@ def test_mollifier_kl_is_the_kl_projection(p, q, eps):
 
 def test_mollifier_kl_edge_case_the_paper_misses():
     """p = a point mass on a symbol with small q: formula (3) sums to less than 1 for every C, so no C
-    exists; the spec's fix puts r = q e^(eps/2) on p's support and spreads the rest over the zeros."""
+    exists; the reference's fix puts r = q e^(eps/2) on p's support and spreads the rest over the zeros."""
     q = np.array([0.01, 0.2, 0.3, 0.49])
     p = np.array([1.0, 0.0, 0.0, 0.0])
     eps = 2.0

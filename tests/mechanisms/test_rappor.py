@@ -1,4 +1,4 @@
-"""RAPPOR with gradual release (spec gradual-release.md section 6).
+"""RAPPOR with gradual release (docs/mechanisms-reference.md#rappor-with-gradual-release).
 
 Statistical tests use fixed seeds; each threshold is derived from the sampling distribution of the
 statistic (binomial / chi-square p-values above 1e-4, sample variances within 4 relative standard

@@ -1,4 +1,4 @@
-"""Three-element randomized response and the LPP‡ graph protocol (spec rr3.md).
+"""Three-element randomized response and the LPP‡ graph protocol (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp).
 
 The paper has no experiments: everything is checked against closed forms, exact enumeration and
 Monte Carlo with fixed seeds (4 standard errors; chi-square p-values above 1e-4 seeded, 1e-7 through

@@ -1,4 +1,4 @@
-"""The sampling code path against the exact probabilities (spec quality.md, "Statistical privacy checks").
+"""The sampling code path against the exact probabilities (docs/quality-targets.md#reliability).
 
 Each test draws from ``perturb``, ``relax``, ``bridge``, ``tighten`` and ``chain``
 for every combination of inputs and compares the counts with the exact kernel

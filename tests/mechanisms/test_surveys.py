@@ -1,4 +1,4 @@
-"""Survey mechanisms: Warner, Simmons, Christofides, improved Christofides (spec surveys.md, seed 004).
+"""Survey mechanisms: Warner, Simmons, Christofides, improved Christofides (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, seed 004).
 
 * Privacy: each ``*_epsilon`` against the exact LDP level of its matrix, found by enumerating every
   pair of inputs and every output; each matrix against the device it describes; each sampler against
@@ -104,7 +104,7 @@ def test_simmons_epsilon_is_the_exact_level_of_its_matrix(p, pi_b):
     P = simmons_matrix(p, pi_b)
     np.testing.assert_allclose(P, simmons_device_matrix(p, pi_b), atol=1e-15)
     assert simmons_epsilon(p, pi_b) == pytest.approx(exact_ldp(P), abs=1e-12)
-    q1, q0 = p + (1 - p) * pi_b, (1 - p) * pi_b               # the spec's case form, eq. (4)
+    q1, q0 = p + (1 - p) * pi_b, (1 - p) * pi_b               # the reference's case form, eq. (4)
     if 0 < pi_b < 1 and p < 1:
         spec = math.log(q1 / q0) if pi_b <= 0.5 else math.log((1 - q0) / (1 - q1))
         assert simmons_epsilon(p, pi_b) == pytest.approx(spec, abs=1e-12)

@@ -1,4 +1,4 @@
-"""The owner portal for the one-shot mechanisms and surveys (issue 7; spec service.md sections 5 and 8).
+"""The owner portal for the one-shot mechanisms and surveys (issue 7; docs/architecture.md#apps-and-models).
 
 Contributing values of the new kinds (three states, weighted edges, distributions) with their validation,
 tagging uRR/uRAP values as personally sensitive (PUM: sealed, owner-only, POST + CSRF), one-shot releases and

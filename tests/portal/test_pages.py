@@ -1,4 +1,4 @@
-"""The owner portal's pages and actions through the Django test client (spec service.md section 5)."""
+"""The owner portal's pages and actions through the Django test client (docs/architecture.md#apps-and-models)."""
 from __future__ import annotations
 
 import json

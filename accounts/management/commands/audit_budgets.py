@@ -1,9 +1,11 @@
-"""``python manage.py audit_budgets``: re-check every budget invariant from the ledger (spec service.md 2 and 6).
+"""``python manage.py audit_budgets``: re-check every budget invariant from the ledger (docs/budget-rules.md#budgets-and-ceilings).
 
 Prints a report (sections with PASS/FAIL, counts, the first offending rows) and
 exits 0 only when everything holds; any violation exits 1.
 """
 from __future__ import annotations
+
+import re
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -22,6 +24,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, examples, anchor, json, **options):
+        if anchor and not re.fullmatch(r"[0-9a-f]{64}", anchor.strip().lower()):
+            raise CommandError(f"--anchor {anchor!r} is not a block hash: give the 64 hexadecimal characters of a "
+                               f"ledger head printed by an earlier audit")
         report = audit_budgets(examples=examples, anchor=anchor or None)
         self.stdout.write(report_json(report) if json else report.as_text())
         if not report.ok:

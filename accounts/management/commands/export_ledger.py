@@ -1,4 +1,4 @@
-"""``python manage.py export_ledger``: the privacy ledger as CSV, streamed, with filters (spec service.md 6).
+"""``python manage.py export_ledger``: the privacy ledger as CSV, streamed, with filters (docs/budget-rules.md#the-audit).
 
     python manage.py export_ledger --owner alice --attribute 3 --created-after 2025-01-01 -o ledger.csv
 
@@ -14,6 +14,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.audit import export_csv_rows
 from accounts.audit_api import ledger_filterset
+from accounts.models import User
+
+
+def _user_exists(ref: str) -> bool:
+    """Whether ``ref`` (a user id or username, as the filters take it) names a user."""
+    ref = ref.strip()
+    return User.objects.filter(**({"id": int(ref)} if ref.isdigit() else {"username": ref})).exists()
 
 
 class Command(BaseCommand):
@@ -28,17 +35,25 @@ class Command(BaseCommand):
     def handle(self, *args, output, **options):
         data = {k: options[k] for k in ("owner", "buyer", "attribute", "value", "purchase", "kind", "guarantee",
                                         "created_after", "created_before") if options.get(k) not in (None, "")}
+        for role in ("owner", "buyer"):  # a mistyped name would otherwise export an empty ledger without a word
+            if role in data and not _user_exists(data[role]):
+                raise CommandError(f"--{role}: no user with id or username {data[role]!r}")
         fs = ledger_filterset(data)
         if not fs.is_valid():
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in fs.errors.items()))
-        rows = export_csv_rows(fs.qs)
-        n = -1
+        # The CSV is streamed in chunks of many rows; count the rows themselves (one line each: no field holds a
+        # line break), less the header.
+        lines = 0
         if output == "-":
-            for n, line in enumerate(rows):
-                self.stdout.write(line, ending="")
+            for chunk in export_csv_rows(fs.qs):
+                lines += chunk.count("\n")
+                self.stdout.write(chunk, ending="")
             self.stdout.flush()
         else:
             with open(output, "w", newline="", encoding="utf-8") as fh:
-                for n, line in enumerate(rows):
-                    fh.write(line)
-            self.stderr.write(f"{n} ledger entries written to {output}")
+                for chunk in export_csv_rows(fs.qs):
+                    lines += chunk.count("\n")
+                    fh.write(chunk)
+        rows = max(lines - 1, 0)
+        self.stderr.write(f"{rows} ledger entr{'y' if rows == 1 else 'ies'} written to "
+                          f"{'stdout' if output == '-' else output}")

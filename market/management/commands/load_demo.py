@@ -1,4 +1,4 @@
-"""``python manage.py load_demo``: the paper's two experiments as datasets (spec gradual-release.md section 8).
+"""``python manage.py load_demo``: the paper's two experiments as datasets (docs/mechanisms-reference.md#the-demo-experiments).
 
 * "Binary experiment": one binary attribute, 1000 values (600 ones, 400 zeros),
   a fixed ceiling of 1.0 so the paper's whole path eps_ns(1..10) (eps_alpha = 1,
@@ -15,7 +15,7 @@ unusable passwords), except one value of each dataset, which belongs to
 usernames exist are left as they are, and the summary is read from the
 database, so a second run creates nothing and prints the same summary.
 
-Four small datasets show the one-shot mechanisms (spec service.md section 8),
+Four small datasets show the one-shot mechanisms (docs/budget-rules.md#one-shot-losses-add-up),
 each with its own owners (``demo-u-``, ``demo-t-``, ``demo-g-``, ``demo-d-``) and a
 fixed ceiling of 5: a categorical attribute with a sensitive set under uRR and
 two PUM tags, a three-state attribute under RR3, a bipartite graph under LPP‡,
@@ -65,6 +65,7 @@ class Experiment:
     ceiling: Decimal | None = None  # fixed ceiling, or
     schedule: tuple[Decimal, Decimal, timedelta] | None = None  # (start, cap, duration), linear from now
     grid: tuple[Decimal, Decimal, Decimal] = (Decimal("0.1"), Decimal("0.1"), Decimal("2.0"))
+    attribute_description: str = ""  # the question, in plain words, for buyers and owners
 
 
 EXPERIMENTS = [
@@ -74,7 +75,8 @@ EXPERIMENTS = [
                      "Ceiling 1.0 covers the RAPPOR noisy-sampling path eps_ns(1..10) with eps_alpha = 1, "
                      "eps_beta = 0.5."),
         attribute="answer", kind=Attribute.Kind.BINARY, labels=["0", "1"], counts={"0": 400, "1": 600},
-        owner_prefix="demo-b-", demo_owner_label="1", ceiling=Decimal("1.0")),
+        owner_prefix="demo-b-", demo_owner_label="1", ceiling=Decimal("1.0"),
+        attribute_description="Your answer to a yes/no question: 1 means yes, 0 means no. Surveys ask this question."),
     Experiment(
         title="Categorical experiment",
         description=("The paper's categorical experiment: 1500 owners over five categories "
@@ -83,7 +85,8 @@ EXPERIMENTS = [
         attribute="category", kind=Attribute.Kind.CATEGORICAL, labels=["1", "2", "3", "4", "5"],
         counts={"1": 100, "2": 200, "3": 300, "4": 400, "5": 500},
         owner_prefix="demo-c-", demo_owner_label="3",
-        schedule=(Decimal("0.1"), Decimal("1.0"), timedelta(days=30))),
+        schedule=(Decimal("0.1"), Decimal("1.0"), timedelta(days=30)),
+        attribute_description="Which of five groups, 1 to 5, you belong to."),
 ]
 
 
@@ -129,7 +132,8 @@ def create_experiment(experiment: Experiment, demo_owner: User, now=None) -> boo
         start, step, stop = experiment.grid
         attribute = Attribute.objects.create(
             dataset=dataset, name=experiment.attribute, kind=experiment.kind, labels=experiment.labels,
-            grid_start=start, grid_step=step, grid_stop=stop, price_policy=PricePolicy.parse(None).as_json())
+            grid_start=start, grid_step=step, grid_stop=stop, price_policy=PricePolicy.parse(None).as_json(),
+            description=experiment.attribute_description)
         raws = [experiment.demo_owner_label]
         remaining = Counter(experiment.counts)
         remaining[experiment.demo_owner_label] -= 1
@@ -154,6 +158,7 @@ class OneShotDemo:
     name: str
     owner_prefix: str
     raws: tuple  # the owners' raw values (one owner each)
+    attribute_description: str = ""  # the question, in plain words, for buyers and owners
 
 
 def _oneshot_demos() -> list[OneShotDemo]:
@@ -180,19 +185,24 @@ def _oneshot_demos() -> list[OneShotDemo]:
                          "value as personally sensitive (home, workplace)."),
             attribute={"kind": Attribute.Kind.CATEGORICAL, "mechanism": Attribute.Mechanism.URR, "labels": places,
                        "sensitive": ["clinic", "night club"], "pum_tags": ["home", "workplace"]},
-            name="place", owner_prefix="demo-u-", raws=tuple(places[i] for i in visits)),
+            name="place", owner_prefix="demo-u-", raws=tuple(places[i] for i in visits),
+            attribute_description="Where did you spend last evening? One of five places; the clinic and the night "
+                                  "club are treated as sensitive."),
         OneShotDemo(
             title="Opinions (three states)",
             description="150 owners' relation to a brand: none, likes or dislikes; sold through RR3.",
             attribute={"kind": Attribute.Kind.TERNARY, "mechanism": Attribute.Mechanism.RR3,
                        "labels": ["none", "likes", "dislikes"]},
-            name="opinion", owner_prefix="demo-t-", raws=tuple(["none", "likes", "dislikes"][i] for i in states)),
+            name="opinion", owner_prefix="demo-t-", raws=tuple(["none", "likes", "dislikes"][i] for i in states),
+            attribute_description="What do you think of the brand? No opinion, you like it, or you dislike it."),
         OneShotDemo(
             title="Film ratings (bipartite graph)",
             description="120 owners' ratings of five films, weights in [-1, 1]; sold through LPP‡.",
             attribute={"kind": Attribute.Kind.GRAPH, "mechanism": Attribute.Mechanism.LPP, "labels": items,
                        "num_items": len(items)},
-            name="ratings", owner_prefix="demo-g-", raws=tuple(edges)),
+            name="ratings", owner_prefix="demo-g-", raws=tuple(edges),
+            attribute_description="How did you rate the films you watched? For each of five films: not watched, or "
+                                  "a rating from -1 (disliked) to 1 (liked)."),
         OneShotDemo(
             title="Listening habits (distributions)",
             description=("100 owners' share of listening time per genre; each purchase is one private sample per "
@@ -200,7 +210,8 @@ def _oneshot_demos() -> list[OneShotDemo]:
             attribute={"kind": Attribute.Kind.DISTRIBUTION, "mechanism": Attribute.Mechanism.PRIVATE_SAMPLE,
                        "labels": genres, "prior": [0.3, 0.1, 0.15, 0.45]},
             name="genres", owner_prefix="demo-d-", raws=tuple({g: float(x) for g, x in zip(genres, row)}
-                                                              for row in dists)),
+                                                              for row in dists),
+            attribute_description="How do you split your listening time between rock, jazz, classical and pop?"),
     ]
 
 
@@ -213,7 +224,7 @@ def create_oneshot_demo(demo: OneShotDemo) -> bool:
         if Dataset.objects.filter(title=demo.title).exists():
             return False
         dataset = Dataset.objects.create(title=demo.title, description=demo.description)
-        attribute = Attribute.objects.create(dataset=dataset, name=demo.name,
+        attribute = Attribute.objects.create(dataset=dataset, name=demo.name, description=demo.attribute_description,
                                              price_policy=PricePolicy.parse(None).as_json(), **demo.attribute)
         names = [f"{demo.owner_prefix}{i:04d}" for i in range(1, len(demo.raws) + 1)]
         existing = {u.username: u for u in User.objects.filter(username__in=names)}
@@ -224,6 +235,15 @@ def create_oneshot_demo(demo: OneShotDemo) -> bool:
         values_create_many(attribute=attribute, owners=[existing[n] for n in names], raws=list(demo.raws),
                            ceiling=ONESHOT_CEILING)
     return True
+
+
+def describe_existing() -> int:
+    """Give the demo attributes loaded before they had descriptions their description (idempotent)."""
+    described = 0
+    for title, name, text in ([(e.title, e.attribute, e.attribute_description) for e in EXPERIMENTS]
+                              + [(d.title, d.name, d.attribute_description) for d in _oneshot_demos()]):
+        described += Attribute.objects.filter(dataset__title=title, name=name, description="").update(description=text)
+    return described
 
 
 def label_counts(attribute: Attribute) -> dict[str, int] | None:
@@ -320,6 +340,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         _, owner = demo_users()
+        describe_existing()
         for experiment in EXPERIMENTS:
             created = create_experiment(experiment, owner)
             if options["verbosity"] > 1:
