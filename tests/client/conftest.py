@@ -1,0 +1,104 @@
+"""The Python client (client/, docs/client.md) against a live server: a buyer made as a deployment makes one
+(a user given the buyer role by ``accounts.roles.grant_role``, funded by a money entry), attributes with values."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import Resolver404, resolve
+
+from accounts.roles import grant_role
+from tests.api.conftest import LABELS, POLICY, contribute
+from tests.factories import CategoricalAttributeFactory, fund
+
+PASSWORD = "client-test-password"
+
+
+def money_api_routed() -> bool:
+    """Whether ``GET /api/v1/account/`` exists in this build (the money API, docs/client.md)."""
+    try:
+        resolve("/api/v1/account/")
+    except Resolver404:
+        return False
+    return True
+
+
+#: account() and statement() call the money API; without it there is nothing real to call.
+needs_money_api = pytest.mark.skipif(not money_api_routed(),
+                                     reason="GET /api/v1/account/ (the money API: account and statement) is not "
+                                            "routed in this build")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(settings):
+    """A private in-memory cache per test (throttles and progress), shared by the test and the live server."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": f"client-tests-{uuid.uuid4()}"}}
+
+
+def make_buyer(credit="100", username=None):
+    user = get_user_model().objects.create_user(username=username or f"cb-{uuid.uuid4().hex[:8]}",
+                                                password=PASSWORD)
+    grant_role(user, "buyer")
+    if credit:
+        fund(user, credit)
+    return user
+
+
+@pytest.fixture
+def buyer(transactional_db):
+    return make_buyer()
+
+
+@pytest.fixture
+def categorical(transactional_db):
+    """A categorical attribute with 30 values (10 of each label), ceilings 2."""
+    attribute = CategoricalAttributeFactory(labels=LABELS, price_policy=POLICY)
+    contribute(attribute, LABELS * 10, ceiling="2", seed=1)
+    return attribute
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """Every wait the client makes (it still really waits), in seconds."""
+    import time
+
+    seen = []
+
+    def sleep(seconds):
+        seen.append(seconds)
+        time.sleep(seconds)
+
+    return seen, sleep
+
+
+@pytest.fixture
+def client_for(live_server, sleeps):
+    from ldpmarket_client import Client
+
+    def make(user=None, **kwargs):
+        kwargs.setdefault("progress", False)
+        kwargs.setdefault("sleep", sleeps[1])
+        if user is None:
+            return Client(live_server.url, **kwargs)
+        return Client(live_server.url, username=user.username, password=PASSWORD, **kwargs)
+
+    return make
+
+
+def statuses(client) -> list[tuple[str, str, int]]:
+    """Record (method, path, status) of every answer the client gets."""
+    from urllib.parse import urlsplit
+
+    seen = []
+    client.session.hooks["response"].append(
+        lambda r, *args, **kwargs: seen.append((r.request.method, urlsplit(r.url).path, r.status_code)))
+    return seen
+
+
+@pytest.fixture(scope="session")
+def live_server(django_db_setup, live_server):
+    """pytest-django's live server, stopped before the test database is dropped (its threads' connections would
+    otherwise keep the database from being dropped)."""
+    return live_server
