@@ -108,7 +108,7 @@ def test_429_is_retried_after_retry_after(settings, buyer, categorical, client_f
     first = client.buy(categorical.id, "0.3")
     second = client.buy(categorical.id, "0.6")
     assert first["status"] == second["status"] == "completed" and first["id"] != second["id"]
-    assert seen.count(("POST", "/api/v1/purchases/", 429)) >= 2 and seen[-1] == ("POST", "/api/v1/purchases/", 201)
+    assert ("POST", "/api/v1/purchases/", 429) in seen and seen[-1] == ("POST", "/api/v1/purchases/", 201)
     assert sleeps[0] and all(1 <= s <= 2 for s in sleeps[0])  # Retry-After: 1
     assert Purchase.objects.filter(buyer=buyer).count() == 3  # one each, retries included
     # A Retry-After longer than max_retry_wait is not waited for.
