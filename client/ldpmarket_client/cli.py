@@ -172,9 +172,9 @@ def run(args) -> int:
             raise SystemExit("ldpmarket-client buy: give --attribute (with --epsilon) or --quote")
         purchase = client.buy(args.attribute, args.epsilon, quote=args.quote, idempotency_key=args.idempotency_key,
                               timeout=args.timeout, cohort=args.cohort, **_parameters(args))
-        _print_json(purchase)
-        if args.out:
+        if args.out:  # first: the purchase is paid for, so its outputs are saved whatever happens to stdout
             _write_outputs(client, purchase["id"], args.out)
+        _print_json(purchase)
     elif args.verb == "outputs":
         _write_outputs(client, args.purchase, args.out)
     elif args.verb == "estimate":

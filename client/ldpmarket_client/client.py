@@ -55,6 +55,13 @@ def _retry_after(response: requests.Response) -> float | None:
         return max(0.0, when.timestamp() - time.time())
 
 
+def _plain_text(response: requests.Response) -> str:
+    """The body of an error answer that is no problem document (a proxy's, say), if it is short plain text."""
+    if response.headers.get("Content-Type", "").startswith("text/plain"):
+        return response.text.strip()[:300]
+    return ""
+
+
 class _Progress:
     """A tqdm bar on stderr if tqdm is installed, else a plain line each time the count changes."""
 
@@ -165,7 +172,7 @@ class Client:
         type_ = body.get("type") or errors.ABOUT_BLANK
         cls = errors.problem_class(type_, status)
         return cls(status=status, type=type_, title=body.get("title") or response.reason or "",
-                   detail=body.get("detail") or ("" if body else response.text[:500]), errors=body.get("errors"),
+                   detail=body.get("detail") or ("" if body else _plain_text(response)), errors=body.get("errors"),
                    instance=body.get("instance"), body=body, retry_after=_retry_after(response))
 
     def _get(self, path: str, **params) -> Any:

@@ -50,7 +50,7 @@ class ProblemError(ClientError):
 
     def _message(self) -> str:
         text = f"{self.status} {self.title}" + (f": {self.detail}" if self.detail else "")
-        if self.errors:
+        if self.errors and not self.detail:  # the service's detail already names the fields
             text += " (" + "; ".join(f"{field}: {' '.join(map(str, messages if isinstance(messages, list) else [messages]))}"
                                      for field, messages in self.errors.items()) + ")"
         return text

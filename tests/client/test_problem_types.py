@@ -26,4 +26,6 @@ def test_unknown_and_blank_types():
         status=418, type=errors.PROBLEM_BASE + "from-a-newer-server", title="Teapot", detail="short and stout",
         errors={"field": ["bad"]})
     assert (exc.status, exc.title, exc.detail, exc.errors) == (418, "Teapot", "short and stout", {"field": ["bad"]})
-    assert str(exc) == "418 Teapot: short and stout (field: bad)"
+    assert str(exc) == "418 Teapot: short and stout"  # the service's detail already names the fields
+    assert str(errors.InvalidInput(status=400, title="Invalid input", errors={"epsilon": ["too big"]})) == \
+        "400 Invalid input (epsilon: too big)"
