@@ -228,8 +228,10 @@ class Client:
         if epsilon is not None:
             body["epsilon"] = _number(epsilon)
         for key, value in params.items():
-            if value is not None:
-                body[key] = _number(value) if isinstance(value, (int, float, Decimal)) and key != "cohort" else value
+            if value is None:
+                continue
+            numeric = isinstance(value, (int, float, Decimal)) and key != "cohort"
+            body[key] = _number(value) if numeric else value
         return body
 
     def quote(self, attribute: int, epsilon=None, **params) -> dict:

@@ -51,8 +51,11 @@ class ProblemError(ClientError):
     def _message(self) -> str:
         text = f"{self.status} {self.title}" + (f": {self.detail}" if self.detail else "")
         if self.errors and not self.detail:  # the service's detail already names the fields
-            text += " (" + "; ".join(f"{field}: {' '.join(map(str, messages if isinstance(messages, list) else [messages]))}"
-                                     for field, messages in self.errors.items()) + ")"
+            parts = []
+            for field, messages in self.errors.items():
+                messages = messages if isinstance(messages, list) else [messages]
+                parts.append(f"{field}: {' '.join(map(str, messages))}")
+            text += " (" + "; ".join(parts) + ")"
         return text
 
 

@@ -8,8 +8,8 @@ import stat
 from decimal import Decimal
 
 import pytest
-
 from ldpmarket_client import cli
+
 from market.models import Purchase
 from tests.client.conftest import PASSWORD, needs_money_api
 
@@ -53,15 +53,16 @@ def test_login_stores_the_token_for_the_user_only_and_the_verbs_use_it(live_serv
 
     # buy --out writes the outputs as CSV.
     target = config.parent / "outputs.csv"
-    code, out, err = run(capsys, "--config", str(config), "--no-progress", "buy", "--attribute", str(categorical.id),
-                         "--epsilon", "0.5", "--out", str(target))
+    code, out, err = run(capsys, "--config", str(config), "--no-progress", "buy", "--attribute",
+                         str(categorical.id), "--epsilon", "0.5", "--out", str(target))
     assert code == 0, err
     purchase = json.loads(out)
     assert purchase["status"] == "completed"
     with target.open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 30 and set(rows[0]) == {"pseudonym", "epsilon", "output"}
-    assert {r["output"] for r in rows} <= {"red", "green", "blue"} and {Decimal(r["epsilon"]) for r in rows} == {Decimal("0.5")}
+    assert {r["output"] for r in rows} <= {"red", "green", "blue"}
+    assert {Decimal(r["epsilon"]) for r in rows} == {Decimal("0.5")}
 
     # outputs ID to stdout and to a file: the same CSV.
     code, out, err = run(capsys, "--config", str(config), "outputs", str(purchase["id"]))

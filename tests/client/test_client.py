@@ -8,11 +8,11 @@ from decimal import Decimal
 
 import pytest
 from django.db import connections
+from ldpmarket_client import Client, ProblemError, errors
 
 from accounts.models import MoneyAccount
-from ldpmarket_client import Client, ProblemError, errors
 from market.models import Purchase
-from tests.client.conftest import PASSWORD, make_buyer, needs_money_api, statuses
+from tests.client.conftest import make_buyer, needs_money_api, statuses
 
 
 def credit(user) -> Decimal:
