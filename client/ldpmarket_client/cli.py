@@ -139,8 +139,8 @@ def run(args) -> int:
             password = sys.stdin.readline().rstrip("\n")
         else:
             password = os.environ.get("LDPMARKET_PASSWORD") or getpass.getpass("password: ")
-        client = Client(url, progress=progress)
-        client.login(username, password)
+        with Client(url, progress=progress) as client:
+            client.login(username, password)
         save_config(path, {"url": client.url, "username": username, "token": client.token,
                            "expiry": client.token_expiry})
         print(f"signed in to {client.url} as {username}; token stored in {path} (expires {client.token_expiry})",
@@ -152,8 +152,11 @@ def run(args) -> int:
         print("ldpmarket-client: not signed in: run `ldpmarket-client login`, or set LDPMARKET_TOKEN",
               file=sys.stderr)
         return 2
-    client = Client(url, token, progress=progress)
+    with Client(url, token, progress=progress) as client:
+        return _verb(args, client, path, config, token)
 
+
+def _verb(args, client: Client, path: Path, config: dict, token: str) -> int:
     if args.verb == "logout":
         client.logout()
         if config.get("token") == token:

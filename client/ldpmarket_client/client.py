@@ -134,7 +134,21 @@ class Client:
         if token:
             self.use_token(token)
         elif username is not None:
-            self.login(username, password or "")
+            try:
+                self.login(username, password or "")
+            except BaseException:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """Close the HTTP connections (``with Client(...) as client:`` does it at the end)."""
+        self.session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # ------------------------------------------------------------------------------------------- plumbing
 
@@ -152,12 +166,14 @@ class Client:
             if response.status_code < 400:
                 return response
             wait = _retry_after(response)
+            problem = self._problem(response)
+            response.close()  # its connection goes back to the pool
             if (retry and response.status_code in (429, 503) and attempt < self.max_retries
                     and wait is not None and wait <= self.max_retry_wait):
                 attempt += 1
                 self.sleep(wait)
                 continue
-            raise self._problem(response)
+            raise problem
 
     @staticmethod
     def _problem(response: requests.Response) -> errors.ProblemError:

@@ -2,6 +2,7 @@
 (a user given the buyer role by ``accounts.roles.grant_role``, funded by a money entry), attributes with values."""
 from __future__ import annotations
 
+import gc
 import uuid
 
 import pytest
@@ -75,16 +76,31 @@ def sleeps(monkeypatch):
 
 @pytest.fixture
 def client_for(live_server, sleeps):
+    """Clients of the live server, as ``user`` (by password) or with a ``token``.
+
+    Their connections are closed after the test: a kept-alive connection holds a server thread and its
+    database connection, which would keep the test database from being dropped.  A response kept alive by an
+    exception's traceback (``pytest.raises``) keeps its socket open until it is collected, hence the
+    ``gc.collect()``."""
+    import requests
     from ldpmarket_client import Client
 
-    def make(user=None, **kwargs):
+    made = []
+
+    def make(user=None, *, token=None, password=PASSWORD, url=None, **kwargs):
         kwargs.setdefault("progress", False)
         kwargs.setdefault("sleep", sleeps[1])
+        session = requests.Session()
+        made.append(session)
         if user is None:
-            return Client(live_server.url, **kwargs)
-        return Client(live_server.url, username=user.username, password=PASSWORD, **kwargs)
+            return Client(url or live_server.url, token, session=session, **kwargs)
+        return Client(url or live_server.url, username=user.username, password=password, session=session,
+                      **kwargs)
 
-    return make
+    yield make
+    for session in made:
+        session.close()
+    gc.collect()
 
 
 def statuses(client) -> list[tuple[str, str, int]]:

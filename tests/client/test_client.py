@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connections
-from ldpmarket_client import Client, ProblemError, errors
+from ldpmarket_client import ProblemError, errors
 
 from accounts.models import MoneyAccount
 from market.models import Purchase
@@ -25,7 +25,7 @@ def test_password_and_token_sign_in_and_the_catalog(live_server, buyer, categori
     names = [a["id"] for d in client.datasets() for a in d["attributes"]]
     assert categorical.id in names
     # The token alone signs in, from a new client (as LDPMARKET_TOKEN does).
-    again = Client(live_server.url + "/api/v1", client.token, progress=False)
+    again = client_for(token=client.token, url=live_server.url + "/api/v1")
     assert again.dataset(categorical.dataset_id)["id"] == categorical.dataset_id
     client.logout()
     with pytest.raises(errors.Unauthorized) as caught:
@@ -35,7 +35,7 @@ def test_password_and_token_sign_in_and_the_catalog(live_server, buyer, categori
 
 def test_wrong_password_is_a_typed_problem(live_server, buyer, client_for):
     with pytest.raises(ProblemError) as caught:
-        Client(live_server.url, username=buyer.username, password="wrong", progress=False)
+        client_for(buyer, password="wrong")
     exc = caught.value
     assert exc.status == 400 and exc.detail
     assert type(exc) is errors.problem_class(exc.type, exc.status) and type(exc) is not ProblemError
@@ -89,7 +89,7 @@ def test_error_answers_are_typed_problems(live_server, buyer, categorical, clien
         poor.buy(categorical.id, "1")
     assert caught.value.status == 402 and "credit" in caught.value.detail.lower()
     with pytest.raises(errors.Unauthorized):
-        Client(live_server.url, "not-a-token", progress=False).datasets()
+        client_for(token="not-a-token").datasets()
 
 
 def test_429_is_retried_after_retry_after(settings, buyer, categorical, client_for, sleeps):
