@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+# The stamp changes with the requirements and the client's pyproject.toml: any of them changed -> reinstall.
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt client/pyproject.toml | cksum | cut -d' ' -f1)
 
 # make run: the embedded set-up (SQLite file db.sqlite3, Celery tasks in-process). Shell variables that would
 # point it elsewhere are dropped: the service it starts runs no Celery worker. For PostgreSQL, Redis, workers
@@ -12,10 +13,13 @@ RUN_ENV  := env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL -u CELERY_RESU
 
 .PHONY: venv run test bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+# The venv also holds the Python client and its CLI (client/, docs/client.md), editable, with its extras
+# (pandas and tqdm: its tests use them).
+$(STAMP): requirements.txt requirements-dev.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --quiet -e './client[all]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)

@@ -1,0 +1,211 @@
+"""``ldpmarket-client``: the buyer API from a shell (docs/client.md in the repository).
+
+    ldpmarket-client login --username demo-buyer            # asks for the password; stores the token
+    ldpmarket-client datasets
+    ldpmarket-client quote --attribute 1 --epsilon 0.5
+    ldpmarket-client buy --attribute 1 --epsilon 0.5 --out outputs.csv
+    ldpmarket-client outputs 7 --out outputs.csv
+    ldpmarket-client estimate 7
+    ldpmarket-client account
+    ldpmarket-client statement
+
+The service's address: ``--url``, else ``LDPMARKET_URL``, else the one ``login`` stored, else
+http://127.0.0.1:8000.  The token: ``--token``, else ``LDPMARKET_TOKEN``, else the one ``login`` stored in
+the config file (``--config``, else ``LDPMARKET_CONFIG``, else ``config.json`` in the user's config directory,
+readable by the user only).
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+
+import platformdirs
+
+from . import __version__
+from .client import DEFAULT_URL, Client
+from .errors import ClientError, ProblemError
+
+#: The one-shot mechanisms' parameters that quote and buy pass through.
+PARAMETERS = ("theta", "family", "eps1", "eps2", "mechanism", "pi_b", "p2")
+
+
+def config_path(explicit: str | None = None) -> Path:
+    value = explicit or os.environ.get("LDPMARKET_CONFIG")
+    if value:
+        return Path(value).expanduser()
+    return Path(platformdirs.user_config_dir("ldpmarket-client", appauthor=False)) / "config.json"
+
+
+def load_config(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"ldpmarket-client: cannot read {path}: {exc}") from None
+
+
+def save_config(path: Path, config: dict) -> None:
+    """Write the config (it holds a token) readable and writable by the user only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file existed with other permissions
+    with os.fdopen(fd, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
+def _print_json(data) -> None:
+    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _parameters(args) -> dict:
+    return {name: getattr(args, name) for name in PARAMETERS if getattr(args, name, None) is not None}
+
+
+def _add_request(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--attribute", type=int, help="the attribute's id (see `datasets`)")
+    parser.add_argument("--epsilon", help="the epsilon, e.g. 0.5")
+    parser.add_argument("--cohort", type=int, help="string attributes: the RAPPOR cohort")
+    for name in PARAMETERS:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ldpmarket-client", description="The ldpmarket buyer API from a shell.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--url", help=f"the service (default: $LDPMARKET_URL, the stored one, {DEFAULT_URL})")
+    parser.add_argument("--token", help="an API token (default: $LDPMARKET_TOKEN, then the one login stored)")
+    parser.add_argument("--config", help="the config file (default: $LDPMARKET_CONFIG, or config.json in the "
+                                         "user's config directory)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar while a purchase runs")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser("login", help="sign in and store the token in the config file")
+    p.add_argument("--username", help="asked for if not given")
+    p.add_argument("--password-stdin", action="store_true",
+                   help="read the password from standard input (default: $LDPMARKET_PASSWORD, or asked for)")
+    verbs.add_parser("logout", help="revoke the stored token and forget it")
+    verbs.add_parser("datasets", help="the catalog (JSON)")
+
+    p = verbs.add_parser("quote", help="what a purchase would include and cost now")
+    _add_request(p)
+    p = verbs.add_parser("buy", help="buy (waits for a large purchase), optionally saving the outputs")
+    _add_request(p)
+    p.add_argument("--quote", help="buy what this quote token says, paying no more than it")
+    p.add_argument("--idempotency-key", help="default: a new uuid4 (give the same one to retry a purchase)")
+    p.add_argument("--out", help="write the outputs to this CSV file once completed")
+    p.add_argument("--timeout", type=float, help="seconds to wait for a large purchase (default: no limit)")
+
+    p = verbs.add_parser("outputs", help="a purchase's outputs as CSV")
+    p.add_argument("purchase", type=int)
+    p.add_argument("--out", help="the CSV file (default: standard output)")
+    p = verbs.add_parser("estimate", help="a purchase's estimate (JSON)")
+    p.add_argument("purchase", type=int)
+    p = verbs.add_parser("purchase", help="a purchase's status (JSON)")
+    p.add_argument("purchase", type=int)
+
+    verbs.add_parser("account", help="your balance")
+    p = verbs.add_parser("statement", help="your account's movements, newest first")
+    p.add_argument("--since", help="ISO 8601 date-time")
+    p.add_argument("--until", help="ISO 8601 date-time")
+    return parser
+
+
+def _write_outputs(client: Client, purchase_id: int, out: str | None) -> None:
+    if out is None or out == "-":
+        client.outputs_csv(purchase_id, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    with open(out, "wb") as f:
+        client.outputs_csv(purchase_id, f)
+    print(f"wrote the outputs of purchase {purchase_id} to {out}", file=sys.stderr)
+
+
+def run(args) -> int:
+    path = config_path(args.config)
+    config = load_config(path)
+    url = args.url or os.environ.get("LDPMARKET_URL") or config.get("url") or DEFAULT_URL
+    progress = not args.no_progress
+
+    if args.verb == "login":
+        username = args.username or input("username: ")
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = os.environ.get("LDPMARKET_PASSWORD") or getpass.getpass("password: ")
+        with Client(url, progress=progress) as client:
+            client.login(username, password)
+        save_config(path, {"url": client.url, "username": username, "token": client.token,
+                           "expiry": client.token_expiry})
+        print(f"signed in to {client.url} as {username}; token stored in {path} (expires {client.token_expiry})",
+              file=sys.stderr)
+        return 0
+
+    token = args.token or os.environ.get("LDPMARKET_TOKEN") or config.get("token")
+    if not token:
+        print("ldpmarket-client: not signed in: run `ldpmarket-client login`, or set LDPMARKET_TOKEN",
+              file=sys.stderr)
+        return 2
+    with Client(url, token, progress=progress) as client:
+        return _verb(args, client, path, config, token)
+
+
+def _verb(args, client: Client, path: Path, config: dict, token: str) -> int:
+    if args.verb == "logout":
+        client.logout()
+        if config.get("token") == token:
+            config.pop("token", None)
+            config.pop("expiry", None)
+            save_config(path, config)
+        print("signed out: the token is revoked", file=sys.stderr)
+    elif args.verb == "datasets":
+        _print_json(client.datasets())
+    elif args.verb == "quote":
+        if args.attribute is None:
+            raise SystemExit("ldpmarket-client quote: --attribute is required")
+        _print_json(client.quote(args.attribute, args.epsilon, cohort=args.cohort, **_parameters(args)))
+    elif args.verb == "buy":
+        if args.attribute is None and args.quote is None:
+            raise SystemExit("ldpmarket-client buy: give --attribute (with --epsilon) or --quote")
+        purchase = client.buy(args.attribute, args.epsilon, quote=args.quote, idempotency_key=args.idempotency_key,
+                              timeout=args.timeout, cohort=args.cohort, **_parameters(args))
+        if args.out:  # first: the purchase is paid for, so its outputs are saved whatever happens to stdout
+            _write_outputs(client, purchase["id"], args.out)
+        _print_json(purchase)
+    elif args.verb == "outputs":
+        _write_outputs(client, args.purchase, args.out)
+    elif args.verb == "estimate":
+        _print_json(client.estimate(args.purchase))
+    elif args.verb == "purchase":
+        _print_json(client.purchase(args.purchase))
+    elif args.verb == "account":
+        _print_json(client.account())
+    elif args.verb == "statement":
+        _print_json(client.statement(since=args.since, until=args.until))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: returns the exit status (0 done, 1 an error answer or failure, 2 usage)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except ProblemError as exc:
+        print(f"ldpmarket-client: {exc}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        print(f"ldpmarket-client: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # connection refused, unwritable --out, ...
+        print(f"ldpmarket-client: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
