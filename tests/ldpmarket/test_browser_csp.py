@@ -17,7 +17,7 @@ from tests.factories import PASSWORD, StaffFactory
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 CHROMIUM = "/usr/bin/chromium"
-#: Screenshots of the API docs pages (git-ignored, like the portal's).
+#: Screenshots of the pages these tests load (git-ignored, like the portal's).
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "api-docs"
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -58,10 +58,13 @@ def test_admin_and_browsable_api_pages_work_under_the_policy(live_server, transa
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
             page.wait_for_url(f"{origin}/admin/")
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             for url in PAGES:
                 response = page.goto(f"{origin}{url}")
                 assert response.status == 200, url
                 page.wait_for_load_state("networkidle")
+                name = url.strip("/").replace("/", "-") or "landing"
+                page.screenshot(path=str(SCREENSHOTS / f"page-{name}.png"), full_page=True)
         finally:
             connections.close_all()
             context.close()
