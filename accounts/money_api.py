@@ -4,6 +4,8 @@ Amounts are decimal strings with two places; every payload names its ``currency`
 """
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db.models import Q
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
@@ -56,11 +58,19 @@ class MoneyEntrySerializer(serializers.ModelSerializer):
         return money.currency()
 
 
+class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
+    """An ISO 8601 time compared in UTC: any offset Python reads (up to +-23:59) is converted first, so the
+    database never sees one it refuses (PostgreSQL stops at +-15:59)."""
+
+    def filter(self, qs, value):
+        return super().filter(qs, value.astimezone(dt.timezone.utc) if value is not None else value)
+
+
 class StatementFilter(filters.FilterSet):
-    since = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte",
-                                      help_text="Only movements at or after this time (ISO 8601).")
-    until = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt",
-                                      help_text="Only movements before this time (ISO 8601).")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte",
+                                 help_text="Only movements at or after this time (ISO 8601).")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt",
+                                 help_text="Only movements before this time (ISO 8601).")
 
     class Meta:
         model = MoneyEntry

@@ -230,8 +230,8 @@ class ChainAdmin(ReadOnlyAdmin):
 
 @admin.register(Purchase)
 class PurchaseAdmin(ReadOnlyAdmin):
-    list_display = ("id", "buyer", "attribute", "mechanism", "epsilon", "guarantee_text", "status", "price_text",
-                    "created_at")
+    # created_at is on the purchase's page and in the date filter: the list fits 1280 px without it
+    list_display = ("id", "buyer", "attribute", "mechanism", "epsilon", "guarantee_text", "status", "price_text")
     list_filter = ("status", "mechanism", "guarantee", "attribute", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("buyer", "attribute__dataset")
     search_ids = ("id",)
