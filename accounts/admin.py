@@ -445,6 +445,20 @@ class LedgerHeadAdmin(ReadOnlyAdmin):
 with_currency = format_money  # an amount with its currency (ldpmarket.money)
 
 
+class StaffActionsMixin:
+    """Money actions (top-ups, settling payouts) on a read-only page: offered to, and run for, staff only."""
+
+    def get_actions(self, request):
+        if not roles.is_staff_role(request.user):
+            return {}
+        return admin.ModelAdmin.get_actions(self, request)
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and not roles.is_staff_role(request.user):
+            raise PermissionDenied
+        return admin.ModelAdmin.changelist_view(self, request, extra_context)
+
+
 class TopUpForm(forms.Form):
     amount = forms.DecimalField(min_value=money.CENT, max_value=money.MAX_AMOUNT, decimal_places=2,
                                 help_text="Per buyer, at most two decimals.")
@@ -476,7 +490,7 @@ def topup_action(model_admin, request, users):
         "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)})
 
 @admin.register(MoneyAccount)
-class MoneyAccountAdmin(ReadOnlyAdmin):
+class MoneyAccountAdmin(StaffActionsMixin, ReadOnlyAdmin):
     list_display = ("id", "owner_of_account", "kind", "balance_shown")
     list_filter = ("kind",)
     list_select_related = ("user",)
@@ -487,16 +501,6 @@ class MoneyAccountAdmin(ReadOnlyAdmin):
     fields = ("id", "owner_of_account", "kind", "balance_shown", "entries")
     readonly_fields = ("id", "owner_of_account", "balance_shown", "entries")
     actions = ["top_up_credit"]
-
-    def get_actions(self, request):
-        if not roles.is_staff_role(request.user):
-            return {}
-        return admin.ModelAdmin.get_actions(self, request)
-
-    def changelist_view(self, request, extra_context=None):
-        if request.method == "POST" and not roles.is_staff_role(request.user):
-            raise PermissionDenied
-        return admin.ModelAdmin.changelist_view(self, request, extra_context)
 
     @admin.action(description="Top up the selected buyer accounts (with a reason)")
     def top_up_credit(self, request, queryset):
@@ -568,7 +572,7 @@ class TopUpAdmin(ReadOnlyAdmin):
 
 
 @admin.register(PayoutRequest)
-class PayoutRequestAdmin(ReadOnlyAdmin):
+class PayoutRequestAdmin(StaffActionsMixin, ReadOnlyAdmin):
     """Owners' payout requests; staff settle them once paid, or reject them (the amount goes back)."""
 
     list_display = ("id", "requested_at", "owner", "amount_shown", "status", "decided_at", "decided_by", "note")
@@ -582,16 +586,6 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
               "release")
     readonly_fields = ("id", "requested_at", "amount_shown")
     actions = ["settle", "reject"]
-
-    def get_actions(self, request):
-        if not roles.is_staff_role(request.user):
-            return {}
-        return admin.ModelAdmin.get_actions(self, request)
-
-    def changelist_view(self, request, extra_context=None):
-        if request.method == "POST" and not roles.is_staff_role(request.user):
-            raise PermissionDenied
-        return admin.ModelAdmin.changelist_view(self, request, extra_context)
 
     @admin.display(description="amount", ordering="amount")
     def amount_shown(self, obj):
