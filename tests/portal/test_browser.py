@@ -54,7 +54,9 @@ SUBFOLDERS = {"test_portal_and_admin_pages_fit_1280_px_under_the_policy": "layou
 @pytest.fixture
 def browser_page(request):
     # each test's screenshots in its own folder: test-artifacts/portal/ (the owner's walk) or a subfolder
-    folder = ARTIFACTS / getattr(request.module, "SUBFOLDERS", {}).get(request.node.originalname, "")
+    # (a module using this fixture may name its own ARTIFACTS folder)
+    folder = getattr(request.module, "ARTIFACTS", ARTIFACTS) / getattr(request.module, "SUBFOLDERS", {}).get(
+        request.node.originalname, "")
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.png"):
         old.unlink()

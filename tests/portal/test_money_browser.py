@@ -12,9 +12,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
-from tests.portal.test_browser import ARGS, CHROMIUM, sync_playwright
+from tests.portal.test_browser import CHROMIUM, browser_page, sync_playwright  # noqa: F401 (the fixture)
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "money"
@@ -26,32 +25,12 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def page():
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):
-        old.unlink()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(20_000)
-        page = context.new_page()
-        blocked = []
-        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
-        try:
-            yield page
-            assert blocked == [], f"the Content-Security-Policy blocked: {blocked}"
-        finally:
-            connections.close_all()
-            context.close()
-            browser.close()
-
-
 def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_owner_payout_and_operator_top_up_and_settlement(live_server, page, transactional_db):
+def test_owner_payout_and_operator_top_up_and_settlement(live_server, browser_page, transactional_db):
+    page = browser_page
     from playwright.sync_api import expect
 
     from accounts.models import MoneyAccount, PayoutRequest, TopUp, User
