@@ -1,11 +1,12 @@
-"""The admin console for auditing budgets (docs/budget-rules.md#the-audit).
+"""The admin console for auditing budgets (docs/budget-rules.md#the-audit): users, budgets and money.
 
 Who may do what is decided by role (``accounts.roles``; docs/security.md,
 "Roles"), not by Django model permissions:
 
 * auditors, staff and superusers read every model registered here and the
   audit pages (``/admin/accounts/ledgerentry/audit/``, ``.../privacy-audit/``,
-  ``.../overview/``, ``.../export/``);
+  ``.../overview/``, ``.../export/``; registered with the ledger's pages by
+  ``audit.admin``);
 * auditors change nothing: add, change and delete are refused (403) everywhere,
   and POSTs to change lists too;
 * the ledger, budgets, chains, values, purchases and money are read-only for
@@ -26,18 +27,15 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Q
-from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils import timezone
+from django.urls import reverse
 from django.utils.html import format_html
 
 from ldpmarket.money import format_money
 
 from . import money, roles
 from .lockout import AdminSignInForm
-from .models import (BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest,
-                     TopUp, User)
+from .models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
 from .roles import can_audit, sync_staff_flag
 
 admin.site.site_header = "ldpmarket console"
@@ -266,176 +264,6 @@ class BudgetAccountAdmin(ReadOnlyAdmin):
         url = reverse("admin:accounts_ledgerentry_changelist") + f"?value={obj.value_id}"
         n = LedgerEntry.objects.filter(value_id=obj.value_id).count()
         return format_html('<a href="{}">{} ledger entries</a>', url, n)
-
-
-# =============================================================================================
-# The ledger (read-only for everybody) and the audit pages
-# =============================================================================================
-
-class AttributeListFilter(admin.SimpleListFilter):
-    title = "attribute"
-    parameter_name = "attribute"
-
-    def lookups(self, request, model_admin):
-        from market.models import Attribute
-
-        return [(a.id, str(a)) for a in Attribute.objects.select_related("dataset").order_by("id")]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(value__attribute_id=self.value()) if self.value() else queryset
-
-
-@admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon_text", "loss_change",
-                    "ceiling_text")
-    list_filter = ("kind", "guarantee", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
-    search_ids = ("value_id", "purchase_id", "block_id")
-    search_users = ("value__owner", "purchase__buyer")
-    search_help_text = "A value, purchase or block id, or an owner's or buyer's username."
-    ordering = ("-id",)
-    fields = ("id", "block_link", "created_at", "kind", "value_link", "purchase_link", "epsilon", "guarantee",
-              "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after", "ceiling",
-              "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape",
-              "schedule_steps")
-    readonly_fields = ("id", "block_link", "value_link", "purchase_link")
-    change_list_template = "admin/ldp/ledgerentry_change_list.html"
-
-    @admin.display(description="value", ordering="value_id")
-    def value_link(self, obj):
-        return admin_link("market_value", obj.value_id)
-
-    @admin.display(description="purchase", ordering="purchase_id")
-    def purchase_link(self, obj):
-        return admin_link("market_purchase", obj.purchase_id)
-
-    @admin.display(description="block", ordering="block_id")
-    def block_link(self, obj):
-        return admin_link("accounts_ledgerblock", obj.block_id)
-
-    @admin.display(description="epsilon", ordering="epsilon")
-    def epsilon_text(self, obj):
-        return plain_epsilon(obj.epsilon)
-
-    @admin.display(description="ceiling", ordering="ceiling")
-    def ceiling_text(self, obj):
-        return plain_epsilon(obj.ceiling)
-
-    @admin.display(description="loss (chain + one-shot)")
-    def loss_change(self, obj):
-        before = obj.chain_loss_before + obj.oneshot_loss_before
-        after = obj.chain_loss_after + obj.oneshot_loss_after
-        return plain_epsilon(after) if before == after else f"{plain_epsilon(before)} → {plain_epsilon(after)}"
-
-    @admin.display(description="chain loss")
-    def chain_change(self, obj):
-        if obj.chain_loss_before == obj.chain_loss_after:
-            return obj.chain_loss_after
-        return f"{obj.chain_loss_before} -> {obj.chain_loss_after}"
-
-    @admin.display(description="one-shot loss")
-    def oneshot_change(self, obj):
-        if obj.oneshot_loss_before == obj.oneshot_loss_after:
-            return obj.oneshot_loss_after
-        return f"{obj.oneshot_loss_before} -> {obj.oneshot_loss_after}"
-
-    # ----------------------------------------------------------------------------- audit pages
-
-    def get_urls(self):
-        wrap = self.admin_site.admin_view
-        return [
-            path("audit/", wrap(self.audit_view), name="ldp_audit_budgets"),
-            path("privacy-audit/", wrap(self.privacy_view), name="ldp_privacy_audit"),
-            path("overview/", wrap(self.overview_view), name="ldp_overview"),
-            path("export/", wrap(self.export_view), name="ldp_export_ledger"),
-        ] + super().get_urls()
-
-    def _context(self, request, title: str, **extra):
-        if not can_audit(request.user):
-            raise PermissionDenied
-        return {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta, **extra}
-
-    def audit_view(self, request):
-        from .audit import audit_budgets
-
-        context = self._context(request, "Budget audit")
-        anchor = request.GET.get("anchor", "").strip()
-        report = audit_budgets(anchor=anchor or None)
-        return TemplateResponse(request, "admin/ldp/audit_budgets.html",
-                                {**context, "report": report, "anchor": anchor})
-
-    def privacy_view(self, request):
-        from .audit import data_uri, privacy_audit
-
-        context = self._context(request, "Privacy audit by inference")
-        try:
-            sample = min(max(int(request.GET.get("sample", 1000)), 2), 20000)
-            levels = min(max(int(request.GET.get("levels", 10)), 1), 50)
-        except ValueError:
-            sample, levels = 1000, 10
-        attribute = request.GET.get("attribute", "")
-        ids = [int(attribute)] if attribute.isdigit() else None
-        report = privacy_audit(sample=sample, levels=levels, attribute_ids=ids)
-        return TemplateResponse(request, "admin/ldp/privacy_audit.html", {
-            **context, "report": report, "plot": data_uri(report.png), "sample": sample, "levels": levels,
-            "attribute": attribute})
-
-    def overview_view(self, request):
-        from .audit import data_uri, overview
-
-        context = self._context(request, "Overview")
-        ov = overview()
-        return TemplateResponse(request, "admin/ldp/overview.html", {
-            **context, "overview": ov, "loss_plot": data_uri(ov.loss_png), "sales_plot": data_uri(ov.sales_png)})
-
-    def export_view(self, request):
-        from .audit import export_csv_rows
-        from .audit_api import LedgerEntryFilter
-
-        context = self._context(request, "Export the ledger as CSV")
-        data = {k: v for k, v in request.GET.items() if k in LedgerEntryFilter.base_filters and v != ""}
-        fs = LedgerEntryFilter(data=data, queryset=LedgerEntry.objects.all())
-        if request.GET.get("download") and fs.is_valid():
-            stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
-            response = StreamingHttpResponse(export_csv_rows(fs.qs), content_type="text/csv; charset=utf-8")
-            response["Content-Disposition"] = f'attachment; filename="ledger-{stamp}.csv"'
-            return response
-        status = 400 if request.GET.get("download") else 200
-        return TemplateResponse(request, "admin/ldp/export_ledger.html",
-                                {**context, "filterset": fs, "form": fs.form}, status=status)
-
-
-@admin.register(LedgerBlock)
-class LedgerBlockAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "entry_count", "short_hash", "short_prev")
-    ordering = ("-id",)
-    search_ids = ("id",)
-    fields = ("id", "created_at", "entry_count", "prev_hash", "hash", "entries")
-    readonly_fields = ("id", "entries")
-
-    @admin.display(description="hash")
-    def short_hash(self, obj):
-        return obj.hash[:16] + "..."
-
-    @admin.display(description="previous hash")
-    def short_prev(self, obj):
-        return obj.prev_hash[:16] + "..."
-
-    @admin.display(description="entries")
-    def entries(self, obj):
-        url = reverse("admin:accounts_ledgerentry_changelist") + f"?block={obj.id}"
-        return format_html('<a href="{}">the {} entries of this block</a>', url, obj.entry_count)
-
-
-@admin.register(LedgerHead)
-class LedgerHeadAdmin(ReadOnlyAdmin):
-    list_display = ("id", "last_block", "head_hash")
-    fields = ("id", "last_block", "head_hash")
-    readonly_fields = ("head_hash",)
-
-    @admin.display(description="hash of the last block")
-    def head_hash(self, obj):
-        return obj.last_block.hash if obj.last_block_id else "-"
 
 
 # =============================================================================================

@@ -2,7 +2,7 @@
 
 Invariants of docs/budget-rules.md#budgets-and-ceilings are CHECK constraints here wherever a
 single row can express them; the services keep the rest (with row locks) and
-``accounts.audit`` re-proves everything from the ledger.
+``audit.budget_audit`` re-proves everything from the ledger.
 """
 from __future__ import annotations
 

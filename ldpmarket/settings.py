@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "accounts",
     "market",
     "portal",
+    "audit",
 ]
 
 MIDDLEWARE = [

@@ -198,7 +198,7 @@ def test_the_demo_buyer_can_buy_along_the_papers_path():
 def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
     """Each one-shot demo attribute is configured, has no chains, and sells through the one-shot path; a survey
     of the binary experiment charges its exact epsilon; the audit passes afterwards."""
-    from accounts.audit import audit_budgets
+    from audit.budget_audit import audit_budgets
     from market import oneshot
 
     text = load()

@@ -1,7 +1,7 @@
 """``GET /api/v1/``: the API root, a map of the endpoints a client starts from (like DRF's router root view).
 
 It lists every named route of the buyer API (``market.api.urls``) and of the audit API
-(``accounts.audit_urls``) that takes no argument, so an endpoint added to either appears here without
+(``audit.urls``) that takes no argument, so an endpoint added to either appears here without
 editing this module, plus the schema and the documentation pages.  Anyone may read it: it names URLs only.
 """
 from __future__ import annotations

@@ -9,8 +9,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from accounts.admin import BudgetAccountAdmin, LedgerEntryAdmin, usage_bar
+from accounts.admin import BudgetAccountAdmin, usage_bar
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
+from audit.admin import LedgerEntryAdmin
 from ldpmarket.money import format_amount, format_money
 from market.admin import PurchaseAdmin, ValueAdmin
 from market.models import Chain, Holding, Purchase, PurchaseChunk, Value

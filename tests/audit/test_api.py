@@ -112,10 +112,10 @@ def test_export_command(market, tmp_path):
 @pytest.mark.postgres
 def test_export_server_and_python_paths_write_the_same_bytes(market):
     """PostgreSQL streams the CSV from COPY; it is byte-identical to the generic (Python) path."""
-    from accounts.audit import _rows_copy, _rows_python
+    from audit.export import rows_python, rows_server
 
     for qs in (LedgerEntry.objects.all(), LedgerEntry.objects.filter(value__owner=market.fixed[3].owner)):
-        assert "".join(_rows_copy(qs)) == "".join(_rows_python(qs, 7))
+        assert "".join(rows_server(qs)) == "".join(rows_python(qs, 7))
 
 
 def test_export_command_reports_rows_not_chunks_and_refuses_unknown_users(market, tmp_path):
@@ -145,12 +145,12 @@ def test_export_command_reports_rows_not_chunks_and_refuses_unknown_users(market
 
 def test_a_mistyped_anchor_is_not_found_not_rewritten(market):
     """Issue 13: a mistyped ``--anchor`` was reported as "the chain was rewritten"."""
-    from accounts import audit
+    from audit.budget_audit import audit_budgets
 
-    head = audit.audit_budgets().head_hash
-    assert audit.audit_budgets(anchor=head).ok
+    head = audit_budgets().head_hash
+    assert audit_budgets(anchor=head).ok
     typo = head[:10] + ("0" if head[10] != "0" else "1") + head[11:]
-    report = audit.audit_budgets(anchor=typo)
+    report = audit_budgets(anchor=typo)
     (check,) = report.failed
     assert "not found" in check.examples[0] and head in check.examples[0] and "rewritten" not in check.examples[0]
     with pytest.raises(CommandError, match="is not a block hash"):
@@ -158,5 +158,5 @@ def test_a_mistyped_anchor_is_not_found_not_rewritten(market):
     with pytest.raises(CommandError, match="is not a block hash"):
         call_command("audit_budgets", "--anchor", "zz" + head[2:], stdout=io.StringIO())
     other = "ab" * 32
-    (check,) = audit.audit_budgets(anchor=other).failed
+    (check,) = audit_budgets(anchor=other).failed
     assert check.examples[0].startswith(f"anchor {other} not found")

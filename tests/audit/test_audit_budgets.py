@@ -14,9 +14,12 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
-from accounts import audit, ledger
+from accounts import ledger
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, MoneyAccount, MoneyEntry
 from accounts.schedule import ceiling_micro
+from audit import budget_audit, replay, tables
+from audit.budget_audit import audit_budgets
+from audit.report import SECTIONS
 from market.models import Purchase
 from tests.audit.conftest import tampering
 
@@ -37,10 +40,10 @@ def failed(report, *fragments):
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_clean_market_passes_every_check(market):
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
     assert report.stats["ledger_entries"] == LedgerEntry.objects.count() > 0
-    assert {c.section for c in report.checks} == set(audit.SECTIONS)
+    assert {c.section for c in report.checks} == set(SECTIONS)
     releases = next(c for c in report.checks if c.name.startswith("chain releases set"))
     assert releases.checked == LedgerEntry.objects.filter(kind="chain_release").count() == 57
     assert report.head_hash == LedgerBlock.objects.order_by("-id").first().hash
@@ -71,10 +74,10 @@ def test_command_exits_non_zero_on_a_violation(market):
 
 def test_audit_encoding_matches_ledger_stored_records(market):
     """The audit's one-query records are byte-identical to ``ledger.stored_records`` block by block."""
-    e = audit.read_entries()
+    e = tables.read_entries()
     for block in LedgerBlock.objects.order_by("id"):
         sl = np.flatnonzero(e["block"] == block.id)
-        ours = audit.entry_records(e, slice(sl[0], sl[-1] + 1))
+        ours = tables.entry_records(e, slice(sl[0], sl[-1] + 1))
         assert ours.tobytes() == ledger.stored_records(block).tobytes()
     assert ledger.verify_chain() == []
 
@@ -90,7 +93,7 @@ def test_vectorized_schedule_ceiling_equals_ceiling_micro():
     t = start_at + rng.integers(-10**12, 2 * 10**12, n)
     shape = rng.integers(1, 3, n)
     steps = np.where(shape == 2, rng.integers(1, 50, n), -1)
-    got = audit.schedule_ceilings(start, cap, start_at, end_at, shape, steps, t)
+    got = replay.schedule_ceilings(start, cap, start_at, end_at, shape, steps, t)
     dt = ledger._dt
     want = [ceiling_micro(int(a), int(b), dt(int(c)), dt(int(d)), ledger.SHAPES[int(s)], int(k) if k > 0 else None,
                           dt(int(x))) for a, b, c, d, s, k, x in zip(start, cap, start_at, end_at, shape, steps, t)]
@@ -98,7 +101,7 @@ def test_vectorized_schedule_ceiling_equals_ceiling_micro():
 
 
 def test_empty_database_passes(db):
-    assert audit.audit_budgets().ok
+    assert audit_budgets().ok
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -233,11 +236,11 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_tampering_is_caught(market, case):
     tamper, expected = CASES[case]
-    clean = audit.audit_budgets()
+    clean = audit_budgets()
     assert clean.ok, clean.as_text()
     with tampering():
         tamper(market)
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert not report.ok
     failed(report, *expected)
     for c in report.failed:
@@ -256,7 +259,7 @@ def test_forged_block_with_a_valid_hash_is_caught_by_the_replay(market):
     r["ceiling"] = 5_000_000
     with transaction.atomic():
         ledger.append(rows)
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert [c for c in report.checks if c.section == "Hash chain" and not c.ok] == []
     failed(report, "loss after every entry <= the ceiling in force", "each recorded ceiling is the one in force",
            "every release belongs to an existing purchase", "replayed final losses equal the budget rows")
@@ -266,7 +269,7 @@ def test_forged_block_with_a_valid_hash_is_caught_by_the_replay(market):
 
 def test_rewritten_chain_is_caught_by_an_anchor(market):
     """Rewriting history and recomputing every later hash passes the chain check alone, but not an anchor."""
-    anchor = audit.audit_budgets().head_hash
+    anchor = audit_budgets().head_hash
     first_purchase_block = releases(market, 1).first().block
     with tampering():
         swap_values_of_two_entries(market)
@@ -275,8 +278,8 @@ def test_rewritten_chain_is_caught_by_an_anchor(market):
             new = ledger.block_hash(prev, block.created_at, ledger.stored_records(block))
             LedgerBlock.objects.filter(id=block.id).update(prev_hash=prev, hash=new)
             prev = new
-    assert audit.audit_budgets().ok  # a consistent rewrite...
-    report = audit.audit_budgets(anchor=anchor)
+    assert audit_budgets().ok  # a consistent rewrite...
+    report = audit_budgets(anchor=anchor)
     failed(report, "the anchored block hash is still in the chain")  # ...is caught by a hash recorded earlier
     out = io.StringIO()
     with pytest.raises(CommandError):
@@ -290,7 +293,7 @@ def test_schedule_ceiling_is_recomputed_independently(market):
     schedule_event = LedgerEntry.objects.get(value=value, kind="schedule")
     with tampering():  # the schedule now starts later: at the release's time it allowed only its start, 0.5 -> less
         LedgerEntry.objects.filter(id=schedule_event.id).update(schedule_start=D("0.1"), ceiling=D("0.1"))
-    report = audit.audit_budgets()
+    report = audit_budgets()
     failed(report, "loss after every entry <= the ceiling in force")
     assert any(f"entry {entry.id}" in x for c in report.failed for x in c.examples)
 
@@ -311,7 +314,7 @@ def test_triggers_refuse_tampering_and_are_restored(market):
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE %s AND tgenabled = 'O'", ["%append_only"])
         assert cur.fetchone()[0] == 3
-    failed(audit.audit_budgets(), "each block's hash recomputes")
+    failed(audit_budgets(), "each block's hash recomputes")
 
 
 @pytest.mark.parametrize("micro", [0, 1, 500000, 999499, 999500, 999999])
@@ -321,7 +324,7 @@ def test_timestamps_are_read_exactly(db, micro):
 
     when = datetime(2026, 11, 22, 2, 43, 43, micro, tzinfo=tz.utc)
     block = LedgerBlock.objects.create(prev_hash=ledger.GENESIS, hash=f"{micro:064d}", entry_count=1, created_at=when)
-    blocks, _, _ = audit.read_blocks()
+    blocks, _, _ = tables.read_blocks()
     assert blocks["created_at"][list(blocks["id"]).index(block.id)] == ledger.micros(when)
 
 
@@ -332,7 +335,7 @@ def test_audit_reads_one_snapshot_outside_a_transaction(transactional_db, monkey
     contribute(CategoricalAttributeFactory(), ["red", "green", "blue"], prefix="snap", ceiling="1",
                rng=np.random.default_rng(0))
     seen = []
-    original = audit.read_money
+    original = budget_audit.read_money
 
     def spy():
         seen.append(connection.in_atomic_block)
@@ -344,9 +347,9 @@ def test_audit_reads_one_snapshot_outside_a_transaction(transactional_db, monkey
                 seen.append(cur.fetchone()[0])
         return original()
 
-    monkeypatch.setattr(audit, "read_money", spy)
+    monkeypatch.setattr(budget_audit, "read_money", spy)
     assert not connection.in_atomic_block
-    assert audit.audit_budgets().ok
+    assert audit_budgets().ok
     assert seen[0] is True
     if connection.vendor == "postgresql":
         assert seen[1:] == ["repeatable read", "on"]

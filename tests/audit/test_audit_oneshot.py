@@ -15,8 +15,9 @@ from django.db import connection
 from django.db.models import F
 from rest_framework.test import APIClient
 
-from accounts import audit
 from accounts.models import BudgetAccount, LedgerEntry
+from audit.budget_audit import audit_budgets
+from audit.privacy import privacy_audit
 from market.models import Purchase, PurchaseChunk
 from market.purchases import purchase_claim, purchase_execute
 from market.services import value_set_pum_tag
@@ -66,7 +67,7 @@ def failed(report, *fragments):
 
 
 def test_a_clean_market_with_oneshot_releases_and_surveys_passes(market):
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
     names = {c.name: c for c in report.checks}
     assert names["each one-shot release is at its purchase's charged epsilon"].checked == 20 + 9 + 50 + 50
@@ -134,7 +135,7 @@ def test_tampering_with_oneshot_releases_is_caught(market, case):
     tamper, expected = CASES[case]
     with tampering():
         tamper(market)
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert not report.ok
     failed(report, *expected)
     for c in report.failed:
@@ -147,7 +148,7 @@ def test_a_guarantee_on_a_budget_event_is_caught(market):
     with tampering(), without_check("accounts_ledgerentry", "ledger_guarantee_only_on_releases"):
         e = LedgerEntry.objects.filter(kind="ceiling").order_by("id").first()
         LedgerEntry.objects.filter(id=e.id).update(guarantee="ldp")
-        failed(audit.audit_budgets(), "budget events carry no guarantee", "each block's hash recomputes")
+        failed(audit_budgets(), "budget events carry no guarantee", "each block's hash recomputes")
 
 
 @pytest.mark.postgres
@@ -155,7 +156,7 @@ def test_a_completed_oneshot_purchase_without_its_charged_epsilon_is_caught(mark
     with without_check("market_purchase", "purchase_oneshot_completed_charged"), \
             without_check("market_purchase", "purchase_guarantee_fits_mechanism"):
         Purchase.objects.filter(id=market["lpp"].id).update(charged_epsilon=None, guarantee="uldp")
-        failed(audit.audit_budgets(), "each purchase's guarantee is its mechanism's",
+        failed(audit_budgets(), "each purchase's guarantee is its mechanism's",
                "each one-shot release is at its purchase's charged epsilon")
 
 
@@ -187,14 +188,14 @@ def test_auditors_see_the_guarantee_and_mechanism_in_the_ledger_api_and_export(m
 
 @pytest.mark.postgres
 def test_export_server_and_python_paths_agree_with_guarantees(market):
-    from accounts.audit import _rows_copy, _rows_python
+    from audit.export import rows_python, rows_server
 
     qs = LedgerEntry.objects.all()
-    assert "".join(_rows_copy(qs)) == "".join(_rows_python(qs, 7))
+    assert "".join(rows_server(qs)) == "".join(rows_python(qs, 7))
 
 
 def test_the_privacy_audit_notes_oneshot_attributes_instead_of_attacking_chains(market):
-    report = audit.privacy_audit(attribute_ids=[market["urr"].attribute_id, market["chain"].attribute_id],
+    report = privacy_audit(attribute_ids=[market["urr"].attribute_id, market["chain"].attribute_id],
                                  plot=False, rng=np.random.default_rng(0))
     by_id = {a.attribute_id: a for a in report.attributes}
     oneshot_attr = by_id[market["urr"].attribute_id]

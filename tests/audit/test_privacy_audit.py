@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from accounts.audit import privacy_audit
+from audit.privacy import privacy_audit
 from market import chains
 from market.models import Chain
 from mechanisms.audit import bayes_error_bound

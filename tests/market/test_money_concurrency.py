@@ -14,8 +14,9 @@ from decimal import Decimal
 import pytest
 from django.db.models import Sum
 
-from accounts import audit, money
+from accounts import money
 from accounts.models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+from audit.budget_audit import audit_budgets
 from market import purchases
 from market.models import Purchase
 from tests.market.test_purchase_concurrency import market_setup, run_concurrently  # noqa: F401 (fixture)
@@ -86,7 +87,7 @@ def test_topups_payouts_and_purchases_at_once_keep_every_cent(market_setup):  # 
     assert Purchase.objects.filter(status="completed").exists()
     assert PayoutRequest.objects.filter(status="settled").exists()
     assert PayoutRequest.objects.filter(status="rejected").exists()
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 

@@ -15,9 +15,10 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from accounts import audit, ledger
+from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount
 from accounts.services import BudgetError, budget_set_paused
+from audit.budget_audit import audit_budgets
 from market import domain, oneshot, sealing
 from market.domain import InvalidValue
 from market.models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
@@ -282,7 +283,7 @@ def test_oneshot_releases_compose_additively():
                      .order_by("value_id", "id").values_list("value_id", "oneshot_loss_before", "oneshot_loss_after"))
     assert len(per_value) == 36
     assert {(b, a) for _, b, a in per_value} == {(D("0"), D("0.5")), (D("0.5"), D("1.0")), (D("1.0"), D("1.2"))}
-    assert audit.audit_budgets().ok
+    assert audit_budgets().ok
 
 
 def test_chain_and_oneshot_losses_combine_against_the_ceiling():
@@ -304,7 +305,7 @@ def test_chain_and_oneshot_losses_combine_against_the_ceiling():
     assert (higher.included, higher.excluded_ceiling, higher.excluded_budget) == (0, 0, 20)
     again, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.6", cohort=None, idempotency_key="c3")
     assert purchase_execute(purchase_id=again.id).included == 20  # at the chain's loss: no new privacy spent
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 
@@ -343,7 +344,7 @@ def test_money_and_ledger_of_a_oneshot_purchase():
         assert (e.epsilon, e.oneshot_loss_before, e.oneshot_loss_after, e.chain_loss_after, e.ceiling) == (
             D("1.5"), D("0"), D("1.5"), D("0"), D("2"))
     assert PurchaseChunk.objects.filter(purchase=p).count() == 1
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 
@@ -416,7 +417,7 @@ def test_improved_christofides_charges_its_deck_and_records_the_distinct_guarant
         (D("0.955512"), "per_report_non_collusion")}
     assert not PurchaseChunk.objects.filter(purchase=p).exists()
     assert set(BudgetAccount.objects.values_list("oneshot_loss", flat=True)) == {D("0.955512")}
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 
@@ -557,7 +558,7 @@ def test_losses_that_add_up_to_the_ceiling_exactly_are_accepted_on_every_backend
         (D("0.1"), D("0.2"))}
     with pytest.raises(IntegrityError), transaction.atomic():
         BudgetAccount.objects.filter(value__attribute=attribute).update(oneshot_loss=D("0.200001"))
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 

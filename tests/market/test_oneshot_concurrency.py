@@ -16,8 +16,9 @@ from decimal import Decimal as D
 import pytest
 from django.db.models import Sum
 
-from accounts import audit, ledger
+from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
+from audit.budget_audit import audit_budgets
 from market import oneshot, purchases, services
 from market.models import Attribute, Dataset, Purchase
 from market.pricing import DEFAULT_POLICY
@@ -112,7 +113,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
     assert MoneyAccount.objects.aggregate(s=Sum("balance"))["s"] == D("50") * len(buyers)
     for account in MoneyAccount.objects.all():
         assert MoneyEntry.objects.filter(account=account).aggregate(s=Sum("amount"))["s"] == account.balance
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from accounts import audit
+from audit.budget_audit import audit_budgets
 from market import domain, oneshot, sealing
 from market.models import Value
 from market.selectors import all_outputs
@@ -217,5 +217,5 @@ def test_survey_estimates_are_unbiased_and_their_variance_is_the_closed_form(mec
         mc = surveys.christofides_variance(np.array([c / N for c in oneshot.ic_deck(N, Decimal(1), 0.1)]), N)
         assert var < mc  # IC's advantage at pi = 0.3 (outside the no-advantage interval)
     assert eps == 1.0
-    report = audit.audit_budgets()
+    report = audit_budgets()
     assert report.ok, report.as_text()

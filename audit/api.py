@@ -1,31 +1,25 @@
 """The auditors' read-only JSON view of the privacy ledger (docs/budget-rules.md#the-audit).
 
-``GET /api/v1/audit/ledger/`` (mounted by ``accounts.audit_urls``): ledger
+``GET /api/v1/audit/ledger/`` (mounted by ``audit.urls``): ledger
 entries in id order with cursor pagination (``?cursor=``, ``?page_size=`` up
 to 1000), filtered by ``owner`` and ``buyer`` (id or username), ``attribute``,
 ``value``, ``purchase``, ``kind`` and ``created_after`` (inclusive) /
-``created_before`` (exclusive) as ISO 8601 dates or date-times.  Only auditors,
+``created_before`` (exclusive) as ISO 8601 dates or date-times (``audit.filters``).  Only auditors,
 staff and superusers may read it; it has no write method at all.
 """
 from __future__ import annotations
 
-from datetime import datetime, time, timezone as dt_timezone
-
-import django_filters
-from django import forms
-from django.db.models import F, Q
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
+from django.db.models import F
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, permissions, serializers
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
-
+from accounts.models import LedgerEntry
+from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
 from market.api.views import problems
 
-from .models import LedgerEntry
-from .roles import can_audit
+from .filters import LedgerEntryFilter
 
 
 class CanAudit(permissions.BasePermission):
@@ -33,74 +27,6 @@ class CanAudit(permissions.BasePermission):
 
     def has_permission(self, request, view):
         return can_audit(request.user)
-
-
-def parse_when(value: str) -> datetime:
-    """An ISO 8601 date-time (naive means UTC) or date (midnight UTC)."""
-    text = (value or "").strip()
-    when = parse_datetime(text)
-    if when is None:
-        day = parse_date(text)
-        if day is None:
-            raise ValueError(f"{value!r} is not an ISO 8601 date or date-time")
-        when = datetime.combine(day, time.min)
-    if timezone.is_naive(when):
-        when = timezone.make_aware(when, dt_timezone.utc)
-    return when
-
-
-class WhenField(forms.Field):
-    def to_python(self, value):
-        if value in (None, ""):
-            return None
-        try:
-            return parse_when(str(value))
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-
-class WhenFilter(django_filters.Filter):
-    field_class = WhenField
-
-
-class UserRefFilter(django_filters.CharFilter):
-    """A user given by numeric id or by username."""
-
-    def __init__(self, *args, path: str, **kwargs):
-        self.path = path
-        super().__init__(*args, **kwargs)
-
-    def filter(self, qs, value):
-        if value in (None, ""):
-            return qs
-        value = value.strip()
-        if value.isdigit():
-            return qs.filter(Q(**{f"{self.path}_id": int(value)}))
-        return qs.filter(**{f"{self.path}__username": value})
-
-
-class LedgerEntryFilter(django_filters.FilterSet):
-    owner = UserRefFilter(path="value__owner", help_text="owner id or username")
-    buyer = UserRefFilter(path="purchase__buyer", help_text="buyer id or username")
-    attribute = django_filters.NumberFilter(field_name="value__attribute_id", help_text="attribute id")
-    value = django_filters.NumberFilter(field_name="value_id", help_text="value id")
-    purchase = django_filters.NumberFilter(field_name="purchase_id", help_text="purchase id")
-    kind = django_filters.ChoiceFilter(choices=LedgerEntry.Kind.choices)
-    guarantee = django_filters.ChoiceFilter(choices=[c for c in LedgerEntry.Guarantee.choices if c[0]],
-                                            help_text="releases with this guarantee")
-    created_after = WhenFilter(field_name="created_at", lookup_expr="gte",
-                               help_text="ISO 8601 date or date-time, inclusive")
-    created_before = WhenFilter(field_name="created_at", lookup_expr="lt",
-                                help_text="ISO 8601 date or date-time, exclusive")
-
-    class Meta:
-        model = LedgerEntry
-        fields = ["owner", "buyer", "attribute", "value", "purchase", "kind", "guarantee", "created_after",
-                  "created_before"]
-
-
-def ledger_filterset(data, queryset=None) -> LedgerEntryFilter:
-    return LedgerEntryFilter(data=data, queryset=queryset if queryset is not None else LedgerEntry.objects.all())
 
 
 class LedgerEntrySerializer(serializers.ModelSerializer):

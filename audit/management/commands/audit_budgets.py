@@ -9,7 +9,8 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.audit import audit_budgets, report_json
+from audit.budget_audit import audit_budgets
+from audit.report import report_json
 
 
 class Command(BaseCommand):

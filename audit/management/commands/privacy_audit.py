@@ -14,7 +14,8 @@ import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.audit import privacy_audit, report_json
+from audit.privacy import privacy_audit
+from audit.report import report_json
 
 
 def default_out() -> Path:

@@ -2,7 +2,7 @@
 
     python manage.py export_ledger --owner alice --attribute 3 --created-after 2025-01-01 -o ledger.csv
 
-Filters are those of the audit API (``accounts.audit_api.LedgerEntryFilter``):
+Filters are those of the audit API (``audit.filters.LedgerEntryFilter``):
 owner and buyer by id or username, attribute and value by id, kind, and a time
 range (ISO 8601 date or date-time; after is inclusive, before exclusive), and a
 release's guarantee (ldp, uldp, per_report_non_collusion).  Each row carries the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.audit import export_csv_rows
-from accounts.audit_api import ledger_filterset
 from accounts.models import User
+from audit.export import export_csv_rows
+from audit.filters import ledger_filterset
 
 
 def _user_exists(ref: str) -> bool:

@@ -24,13 +24,13 @@ def test_superusers_keep_is_staff_and_unknown_roles_are_refused(db):
     assert inactive.is_staff and not can_audit(inactive)
 
 
-def test_each_account_acts_with_exactly_one_role_and_is_staff_is_none(db):
+def test_each_account_acts_with_exactly_one_role_and_is_staff_is_none(auditor):
     from django.contrib.auth.models import AnonymousUser
 
     from accounts import roles
-    from tests.factories import AuditorFactory, BuyerFactory, StaffFactory
+    from tests.factories import BuyerFactory, StaffFactory
 
-    auditor, staff, buyer = AuditorFactory(), StaffFactory(), BuyerFactory()
+    staff, buyer = StaffFactory(), BuyerFactory()
     root = User.objects.create_superuser("root", "r@example.org", "pw")  # role field: owner
     assert auditor.is_staff and roles.role_of(auditor) == "auditor"
     assert not roles.is_staff_role(auditor) and not roles.can_read_purchased_data(auditor) and roles.can_audit(auditor)
@@ -56,7 +56,7 @@ def test_no_interface_decides_by_is_staff_or_the_role_field_itself():
     pattern = re.compile(r"(?<!roles)\.(is_staff|is_superuser)\b(?!\s*=[^=])|\.role\s*(==|!=|\bin\b|\bnot\b)"
                          r"|get_role_display")
     offenders = []
-    for package in ("accounts", "market", "portal", "ldpmarket", "templates"):
+    for package in ("accounts", "audit", "market", "portal", "ldpmarket", "templates"):
         for path in (root / package).rglob("*"):
             if path.suffix not in (".py", ".html") or "migrations" in path.parts or path.name == "roles.py":
                 continue

@@ -1,9 +1,0 @@
-"""Audit API routes; the project mounts them with ``path("api/v1/audit/", include("accounts.audit_urls"))``."""
-from django.urls import path
-
-from .audit_api import LedgerEntryList
-
-app_name = "audit"
-urlpatterns = [
-    path("ledger/", LedgerEntryList.as_view(), name="ledger"),
-]

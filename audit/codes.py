@@ -1,0 +1,39 @@
+"""The integer codes the budget audit reads columns as (``audit.sql.code``): one list per coded column.
+
+Each list's index is the code; a value outside a list reads as -2 (``audit.sql.code``), which every check treats
+as wrong.  The mechanism table (:data:`MECHANISMS` ... :data:`MECHANISM_GUARANTEE`) is kept apart at the end: it
+is the one place the audit learns which mechanisms exist and what each guarantees.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from accounts import ledger
+from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
+
+KINDS = list(LedgerEntry.Kind.values)
+K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW = (KINDS.index(k) for k in (
+    "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted"))
+SHAPES = ledger.SHAPES  # "", "linear", "steps"
+MONEY_UNITS = 10_000
+ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform
+A_BUYER, A_OWNER, A_PLATFORM = (ACCOUNT_KINDS.index(k) for k in ("buyer_credit", "owner_earnings", "platform"))
+MONEY_KINDS = list(MoneyEntry.Kind.values)  # topup, purchase, earning, payout, fee, adjustment
+M_TOPUP, M_PURCHASE, M_EARNING, M_PAYOUT, M_FEE, M_ADJUST = (MONEY_KINDS.index(k) for k in (
+    "topup", "purchase", "earning", "payout", "fee", "adjustment"))
+PAYOUT_STATUSES = list(PayoutRequest.Status.values)  # requested, settled, rejected
+P_REJECTED = PAYOUT_STATUSES.index("rejected")
+STATUSES = ["pending", "running", "completed", "failed"]
+S_COMPLETED = STATUSES.index("completed")
+GUARANTEES = ledger.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
+G_NONE, G_LDP, G_ULDP, G_PER_REPORT = range(4)
+
+# ------------------------------------------------------------------------------------------- the mechanisms
+# One place: when the mechanism registry exists, these four names derive from it.
+
+MECHANISMS = ["gradual_rr", "urr", "urap", "rr3", "lpp", "private_sample", "warner", "simmons", "christofides",
+              "improved_christofides"]
+MECH_GRADUAL = 0
+SURVEYS = [MECHANISMS.index(m) for m in ("warner", "simmons", "christofides", "improved_christofides")]
+#: The guarantee each mechanism's releases carry (index by mechanism code; chains also allow ldp).
+MECHANISM_GUARANTEE = np.array([G_NONE, G_ULDP, G_ULDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_PER_REPORT])

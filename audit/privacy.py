@@ -1,0 +1,217 @@
+"""The empirical privacy audit of stored chains (docs/mechanisms-reference.md#privacy-audit-by-inference).
+
+For each attribute, a random sample of values with their raw datum; their true inputs are opened inside this
+process only (nothing but error rates leaves it); the four attackers of ``mechanisms.audit`` run at the chains'
+common epsilons against the Bayes bound.  The plot is drawn by ``audit.charts``.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accounts.epsilon import MICRO
+from market import chains as market_chains
+from market import domain, sealing
+from market.models import Attribute, Chain, Value
+from mechanisms.audit import ATTACKERS, LEAK_LEVEL, run_attacks
+from mechanisms.random import words
+
+from .charts import privacy_plot_png
+
+
+@dataclass
+class Level:
+    epsilon: float
+    n: int
+    bound: float
+    attackers: dict  # name -> {"error_rate", "standard_error", "p_value", "flag"}
+
+
+@dataclass
+class AttributeAudit:
+    attribute_id: int
+    label: str
+    m: int
+    kind: str
+    values: int = 0
+    sampled: int = 0
+    common_epsilons: int = 0
+    levels: list[Level] = field(default_factory=list)
+    note: str = ""
+    error: str = ""
+
+    @property
+    def leak(self) -> bool:
+        return any(a["flag"] for lv in self.levels for a in lv.attackers.values())
+
+    @property
+    def ok(self) -> bool:
+        return not self.leak and not self.error
+
+    @property
+    def skipped(self) -> bool:
+        """Nothing was attacked (no chains, nothing sampled, no common epsilon, too few values): neither a pass
+        nor a failure."""
+        return not self.error and not self.levels
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if not self.ok else "SKIPPED" if self.skipped else "PASS"
+
+    @property
+    def domain(self) -> str:
+        """``m`` in words: what the attackers guess among."""
+        per = {"string": " per Bloom bit", "graph": " states per item", "ternary": " states",
+               "numeric": " (discretized to its bounds)"}
+        return f"m = {self.m}{per.get(self.kind, '')}"
+
+
+@dataclass
+class PrivacyAuditReport:
+    attributes: list[AttributeAudit]
+    sample: int
+    seconds: float = 0.0
+    png: bytes | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(a.ok for a in self.attributes)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "sample": self.sample, "attributes": [
+            {"attribute": a.attribute_id, "label": a.label, "m": a.m, "kind": a.kind, "values": a.values,
+             "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note, "status": a.status,
+             "skipped": a.skipped,
+             "levels": [{"epsilon": lv.epsilon, "n": lv.n, "bound": lv.bound, "attackers": lv.attackers}
+                        for lv in a.levels]} for a in self.attributes]}
+
+    def as_text(self) -> str:
+        short = {"last_output": "LO", "mle": "MLE", "highest_frequency": "HF", "weighted_highest_frequency": "WHF"}
+        lines = ["Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference): error rate +- standard error of each",
+                 "attacker on a uniform-prior subsample of stored chains, against the Bayes bound 1 - E/(E + m - 1).",
+                 "A '!' marks an error rate significantly below the bound (a chain leaks more than its epsilon).", ""]
+        for a in self.attributes:
+            lines.append(f"[{a.status}] attribute {a.attribute_id} {a.label} ({a.domain}, {a.kind}): {a.values} "
+                         f"values, {a.sampled} sampled, {a.common_epsilons} common epsilons")
+            if a.error:
+                lines.append(f"    ERROR: {a.error}")
+            if a.note:
+                lines.append(f"    note: {a.note}")
+            if a.levels:
+                head = f"    {'epsilon':>9} {'n':>6} {'bound':>7} " + " ".join(f"{short[n]:>16}" for n in ATTACKERS)
+                lines.append(head)
+                for lv in a.levels:
+                    cells = []
+                    for name in ATTACKERS:
+                        r = lv.attackers[name]
+                        mark = "!" if r["flag"] else " "
+                        cells.append(f"{r['error_rate']:7.4f}+-{r['standard_error']:6.4f}{mark}")
+                    lines.append(f"    {lv.epsilon:9.4f} {lv.n:6d} {lv.bound:7.4f} " + " ".join(cells))
+            lines.append("")
+        audited = sum(not a.skipped for a in self.attributes)
+        skipped = len(self.attributes) - audited
+        lines.append(f"RESULT: {'PASS' if self.ok else 'FAIL'} ({audited} attribute{'s' if audited != 1 else ''} "
+                     f"audited, {skipped} skipped; {self.seconds:.2f} s)")
+        return "\n".join(lines)
+
+
+def _sample_ids(ids: np.ndarray, k: int, rng) -> np.ndarray:
+    if ids.size <= k:
+        return np.sort(ids)
+    keys = words(rng, ids.size)
+    return np.sort(ids[np.argpartition(keys, k)[:k]])
+
+
+def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rng) -> AttributeAudit:
+    m, width = attribute.domain_size, attribute.width
+    out = AttributeAudit(attribute.id, str(attribute), m, attribute.kind)
+    if attribute.is_oneshot:
+        out.values = int(Value.objects.filter(attribute=attribute).count())
+        out.note = (f"one-shot mechanism ({attribute.mechanism}): no stored chains to attack; each release is a "
+                    f"fresh draw charged to the value's one-shot loss")
+        return out
+    ids = np.array(list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False)
+                        .values_list("id", flat=True)), dtype=np.int64)
+    out.values = int(Value.objects.filter(attribute=attribute).count())
+    chosen = _sample_ids(ids, sample, rng)
+    rows = []
+    for s in range(0, chosen.size, 1000):
+        part = chosen[s:s + 1000].tolist()
+        rows += list(Chain.objects.filter(value_id__in=part).order_by("value_id").values_list(
+            "value_id", "value__owner_id", "value__input_sealed", "epsilons", "outputs"))
+    out.sampled = len(rows)
+    if not rows:
+        out.note = "no stored chains with their raw value to audit"
+        return out
+    try:
+        payload = sealing.open_inputs([bytes(r[2]) for r in rows], [r[1] for r in rows], [attribute.id] * len(rows),
+                                      domain.payload_bytes(attribute))
+    except sealing.SealBroken as exc:
+        out.error = f"sealed inputs do not open: {exc}"
+        return out
+    truth = domain.from_payload(attribute, payload)  # (n, width)
+    decoded = [market_chains.decode(r[3], r[4], width) for r in rows]
+    all_eps = np.concatenate([d[0] for d in decoded])
+    distinct, counts = np.unique(all_eps, return_counts=True)
+    common = distinct[counts >= coverage * len(rows)]
+    out.common_epsilons = int(common.size)
+    if common.size == 0:
+        out.note = "the sampled chains share no epsilon"
+        return out
+    n, L = len(rows), common.size
+    present = np.zeros((n, L), dtype=bool)
+    outputs = np.full((n, L, width), -1, dtype=np.int64)
+    for i, (eps, outs) in enumerate(decoded):
+        pos = np.clip(np.searchsorted(eps, common), 0, max(eps.size - 1, 0))
+        hit = eps[pos] == common
+        present[i] = hit
+        outputs[i, hit] = outs[pos[hit]]
+    steps = np.unique(np.round(np.linspace(1, L, min(levels, L))).astype(np.int64))
+    threshold = LEAK_LEVEL / steps.size  # Bonferroni over the levels of one attribute
+    for j in steps:
+        keep = present[:, :j].all(axis=1)
+        x = truth[keep].reshape(-1)
+        o = outputs[keep, :j, :].transpose(0, 2, 1).reshape(-1, j)
+        if x.size == 0 or np.bincount(x, minlength=m).min() == 0:
+            continue
+        if (o < 0).any() or (o >= m).any() or (x < 0).any() or (x >= m).any():
+            out.error = "stored outputs or inputs outside the attribute's domain"
+            return out
+        res = run_attacks(x, o, common[:j] / MICRO / attribute.draw_divisor, m, rng)  # each output's epsilon
+        out.levels.append(Level(
+            epsilon=float(common[j - 1]) / MICRO, n=int(res["n"]), bound=float(res["bound"]),
+            attackers={name: {"error_rate": r["error_rate"], "standard_error": r["standard_error"],
+                              "z": r["z"], "p_value": r["p_value"], "flag": bool(r["p_value"] < threshold)}
+                       for name, r in ((nm, res["attackers"][nm]) for nm in ATTACKERS)}))
+    if not out.levels:
+        out.note = "too few sampled values of every category for a uniform-prior subsample"
+    return out
+
+
+def privacy_audit(*, sample: int = 2000, levels: int = 10, attribute_ids: Iterable[int] | None = None,
+                  coverage: float = 0.5, rng=None, plot: bool = True) -> PrivacyAuditReport:
+    """Run the four attackers of docs/mechanisms-reference.md#privacy-audit-by-inference on a sample of each attribute's stored chains.
+
+    For each attribute: ``sample`` values with their raw datum are drawn at
+    random; their true inputs are opened (``market.sealing.open_inputs``: an
+    operator tool -- nothing but error rates leaves this function); the
+    epsilons present in at least ``coverage`` of the sampled chains form the
+    common path; at up to ``levels`` prefixes of it, the chains holding the
+    whole prefix are attacked (``mechanisms.audit.run_attacks``, uniform-prior
+    subsample).  An attacker is flagged when its error rate is below the
+    Theorem 6.1 bound by more than chance allows (exact binomial test at
+    ``LEAK_LEVEL``, Bonferroni-divided by the number of levels).
+    """
+    started = time.perf_counter()
+    qs = Attribute.objects.select_related("dataset").order_by("id")
+    if attribute_ids:
+        qs = qs.filter(id__in=list(attribute_ids))
+    results = [_audit_attribute(a, sample=sample, levels=levels, coverage=coverage, rng=rng) for a in qs]
+    report = PrivacyAuditReport(results, sample)
+    if plot:
+        report.png = privacy_plot_png(report)
+    report.seconds = time.perf_counter() - started
+    return report
