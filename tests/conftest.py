@@ -21,9 +21,15 @@ def owner(db):
 
 @pytest.fixture
 def auditor(db):
-    from tests.factories import AuditorFactory
+    """The suite's auditor, made as a deployment makes one (README, "For auditors"; docs/security.md, "Roles"): an
+    account with a password (``create_user``), then ``accounts.roles.grant_role(user, "auditor")``, which sets
+    ``is_staff`` (the admin's sign-in) and nothing else.  Signs in with ``tests.factories.PASSWORD``."""
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from tests.factories import PASSWORD
 
-    return AuditorFactory()
+    user = User.objects.create_user("auditor", "auditor@example.org", PASSWORD)
+    return grant_role(user, User.Role.AUDITOR)
 
 
 @pytest.fixture

@@ -39,9 +39,9 @@ from market.models import Value
 from market.api.views import KEY_RE
 from market.purchases import purchase_claim, purchase_execute
 from tests.api.conftest import LABELS, POLICY, contribute, fund
-from tests.factories import (AuditorFactory, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             DatasetFactory, GraphAttributeFactory, NumericAttributeFactory, OwnerFactory,
-                             StaffFactory, StringAttributeFactory, UrrAttributeFactory)
+from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory, DatasetFactory,
+                             GraphAttributeFactory, NumericAttributeFactory, StringAttributeFactory,
+                             UrrAttributeFactory)
 
 # One test item (schemathesis runs each operation as a subtest of it); a hard time limit if the machine crawls.
 pytestmark = [pytest.mark.django_db(transaction=True, reset_sequences=True), pytest.mark.timeout(600)]
@@ -57,8 +57,8 @@ KNOWN_GAPS: dict[str, str] = {}
 #: Deeper or different runs by hand: LDP_FUZZ_EXAMPLES=400 LDP_FUZZ_SEED=7 pytest tests/api/test_fuzz.py
 SEED = int(os.environ.get("LDP_FUZZ_SEED", "20250101"))
 MAX_EXAMPLES = int(os.environ.get("LDP_FUZZ_EXAMPLES", "30"))
-#: Who calls (token auth): the buyer; by hand, another role (``LDP_FUZZ_ROLE=staff``: other code paths).
-ROLES = {"buyer": BuyerFactory, "owner": OwnerFactory, "auditor": AuditorFactory, "staff": StaffFactory}
+#: Who calls (token auth): the buyer; by hand, another role's fixture (``LDP_FUZZ_ROLE=staff``, ``owner``,
+#: ``auditor``: other code paths).
 ROLE = os.environ.get("LDP_FUZZ_ROLE", "buyer")
 #: Operations that revoke the calling token: they get a throwaway token of their own.
 REVOKING = {"POST /api/v1/auth/logout/", "POST /api/v1/auth/logout-all/"}
@@ -79,7 +79,7 @@ class Fuzz:
 
 
 @pytest.fixture
-def world(settings):
+def world(settings, request):
     """Committed data for the WSGI app: a funded buyer, one attribute of each kind, completed purchases, quotes."""
     settings.LDP_ASYNC_PURCHASE_THRESHOLD = 25  # categorical, binary: the Celery path (eager in tests), 202
     # The string attribute comes first: id 1, the id generated bodies favour.  Its 40 values exceed the threshold
@@ -131,7 +131,7 @@ def world(settings):
                                        policy=selectors.price_policy_or_none(attribute)).token
                for attribute, request in [(urr, {"epsilon": "0.5"}), (graph, {"eps1": "0.5", "eps2": "1"}),
                                           (binary_surveys, {"mechanism": "simmons", "epsilon": "1", "pi_b": "0.3"})]]
-    user = buyer if ROLE == "buyer" else ROLES[ROLE]()
+    user = buyer if ROLE == "buyer" else request.getfixturevalue(ROLE)
     _, token = AuthToken.objects.create(user=user)
     ids = ({a.id for a in (categorical, binary, numeric, string, urr, graph, binary_surveys)}
            | {a.dataset_id for a in (categorical, numeric)} | {p.id for p in purchases})

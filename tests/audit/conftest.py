@@ -19,8 +19,7 @@ from market.models import Attribute, Purchase, Value
 from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim, purchase_execute
 from market.services import value_delete_raw
-from tests.factories import (AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory,
-                             contribute, fund)
+from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory, contribute, fund
 
 LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry"]
 
@@ -96,11 +95,6 @@ def market(db) -> Market:
     value_delete_raw(value_id=fixed[2].id)
     budget_set_paused(value_id=fixed[0].id, paused=False)
     return Market(attribute, fixed, scheduled, buyer, purchases)
-
-
-@pytest.fixture
-def auditor(db) -> User:
-    return grant_role(AuditorFactory(), User.Role.AUDITOR)
 
 
 @pytest.fixture

@@ -130,11 +130,9 @@ def test_a_successful_sign_in_resets_the_failure_count(client, owner, password, 
     assert client.post("/portal/login/", {"username": owner.username, "password": password}).status_code == 302
 
 
-@pytest.mark.parametrize("factory", ["BuyerFactory", "AuditorFactory", "StaffFactory"])
-def test_non_owners_cannot_sign_in_to_the_portal(client, factory, password):
-    from tests import factories
-
-    user = getattr(factories, factory)()
+@pytest.mark.parametrize("role", ["buyer", "auditor", "staff"])
+def test_non_owners_cannot_sign_in_to_the_portal(client, role, password, request):
+    user = request.getfixturevalue(role)
     response = client.post("/portal/login/", {"username": user.username, "password": password})
     assert response.status_code == 200
     assert "This portal is for data owners" in response.content.decode()

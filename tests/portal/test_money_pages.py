@@ -11,7 +11,7 @@ from django.test import Client
 from accounts import money
 from accounts.models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
 from accounts.roles import grant_role
-from tests.factories import AuditorFactory, BuyerFactory, CategoricalAttributeFactory, OwnerFactory
+from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory
 
 from .conftest import contribute_one, purchase
 from .test_pages import text
@@ -110,8 +110,7 @@ def test_staff_top_up_buyers_with_a_reason_in_the_admin(buyer):
     assert f"{before + Decimal('13.34'):.2f} EUR" in listing
 
 
-def test_auditors_cannot_top_up_or_settle(buyer, earning_owner):
-    auditor = AuditorFactory()
+def test_auditors_cannot_top_up_or_settle(buyer, earning_owner, auditor):
     client = Client()
     client.force_login(auditor)
     r = client.post("/admin/accounts/user/", {"action": "top_up_credit", "_selected_action": [buyer.id],
