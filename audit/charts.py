@@ -9,14 +9,10 @@ import base64
 import io
 import math
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mechanisms.audit import ATTACKERS, bayes_error_bound
-
-if TYPE_CHECKING:
-    from .privacy import PrivacyAuditReport
 
 
 def _figure(w: float, h: float):
@@ -40,8 +36,11 @@ def data_uri(png: bytes | None) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode() if png else ""
 
 
-def privacy_plot_png(report: PrivacyAuditReport) -> bytes | None:
-    """Each audited attribute's error rates (with standard errors) per epsilon against the Bayes bound."""
+def privacy_plot_png(report) -> bytes | None:
+    """Each audited attribute's error rates (with standard errors) per epsilon against the Bayes bound.
+
+    ``report``: an ``audit.privacy.PrivacyAuditReport`` (not imported: the privacy audit imports this module).
+    """
     audited = [a for a in report.attributes if a.levels]
     if not audited:
         return None
