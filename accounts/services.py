@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from . import ledger
+from ldpmarket import jobs
 from ldpmarket.problems import DomainError
 
 from .epsilon import from_micro, parse, to_micro
@@ -96,10 +97,8 @@ def event_rows(budgets: list[BudgetAccount], kind: str) -> ledger.Rows:
 
 
 def _extend_on_commit(budget: BudgetAccount) -> None:
-    from market.tasks import enqueue, extend_chains
-
     attribute_id = budget.value.attribute_id
-    enqueue(extend_chains, attribute_id, [budget.value_id])
+    jobs.enqueue(jobs.EXTEND_CHAINS, attribute_id, [budget.value_id])
 
 
 def budget_set_ceiling(*, value_id: int, ceiling) -> BudgetAccount:
@@ -165,8 +164,6 @@ def schedules_advance(*, now: datetime | None = None) -> int:
     matching on the schedule itself so a concurrent change of policy is never
     overwritten.  Extension of the affected attributes is enqueued on commit.
     """
-    from market.tasks import enqueue, extend_chains
-
     now = now or timezone.now()
     raised = 0
     to_extend: set[int] = set()
@@ -187,6 +184,6 @@ def schedules_advance(*, now: datetime | None = None) -> int:
                 raised += count
                 to_extend.update(attributes)
         for attribute_id in sorted(to_extend):
-            enqueue(extend_chains, attribute_id)
+            jobs.enqueue(jobs.EXTEND_CHAINS, attribute_id)
     return raised
 

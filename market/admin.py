@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from django import forms
 from django.contrib import admin
 from django.db.models import Count, F
 from django.urls import reverse
@@ -59,9 +60,27 @@ class DatasetAdmin(AuditMixin, admin.ModelAdmin):
         return obj.n_attributes
 
 
+class AttributeForm(forms.ModelForm):
+    """The admin's attribute form: after the model's own validation, the one-shot fields must describe a usable
+    mechanism (``domain.check_attribute``, the rule every value and purchase of the attribute is checked by)."""
+
+    class Meta:
+        model = Attribute
+        fields = "__all__"
+
+    def _post_clean(self):
+        super()._post_clean()
+        if not self.errors:
+            try:
+                domain.check_attribute(self.instance)
+            except domain.InvalidAttribute as exc:
+                self.add_error(None, str(exc))
+
+
 @admin.register(Attribute)
 class AttributeAdmin(AuditMixin, admin.ModelAdmin):
     editable = True
+    form = AttributeForm
     list_display = ("id", "dataset", "name", "kind", "mechanism", "grid", "created_at")
     list_filter = ("kind", "mechanism", "dataset")
     list_select_related = ("dataset",)

@@ -32,6 +32,8 @@ import math
 import numbers
 from decimal import Decimal, InvalidOperation
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ldpmarket.problems import DomainError
@@ -327,3 +329,23 @@ def _distributions(attribute: Attribute, raws: list) -> np.ndarray:
             raise InvalidValue(f"the probabilities must sum to 1 (they sum to {total:g})")
         p[i] = row / total
     return p
+
+
+@dataclass
+class PredictedError:
+    """Standard errors a purchase would give, from (mechanism, epsilon, n) only.
+
+    ``target`` is what is estimated: ``frequency`` (each category's share),
+    ``mean`` (binary: the share of the second label; numeric: the mean), or
+    ``bit_frequency`` (each Bloom bit's share, strings); for one-shot mechanisms
+    and surveys also ``mean_distribution``, ``proportion`` and
+    ``item_degree_weight`` (LPP: one row each for an item's degree and weight).
+    """
+
+    target: str
+    standard_error: float
+    worst_case_standard_error: float | None
+    per_category: list[dict] = field(default_factory=list)
+    expected_l2: float | None = None  # uRR/uRAP: the exact expected squared l2 loss (uniform population)
+    variance: float | None = None  # surveys: the estimate's variance (at a proportion of 1/2)
+    covariance: list[list[float]] | None = None  # RR3: the estimator's covariance (uniform population)

@@ -163,17 +163,6 @@ class Attribute(models.Model):
             return 2
         return 1
 
-    def clean(self):
-        """Validation for forms (the admin): the one-shot fields must describe a usable mechanism."""
-        from django.core.exceptions import ValidationError
-
-        from .domain import InvalidAttribute, check_attribute
-
-        try:
-            check_attribute(self)
-        except InvalidAttribute as exc:
-            raise ValidationError(str(exc)) from None
-
 
 class Value(models.Model):
     """An owner's datum for one attribute.

@@ -27,9 +27,9 @@ import numpy as np
 from mechanisms import estimators, private_sampling, rr3, surveys, uldp
 
 from . import domain
+from .domain import PredictedError
 from .models import Attribute, Purchase
 from .oneshot import M, Spec, TooFewRespondents, ic_deck, rr3_matrix, spec_of
-from .selectors import PredictedError
 
 Z95 = 1.959963984540054
 

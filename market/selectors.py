@@ -33,7 +33,8 @@ from accounts.models import BudgetAccount
 from ldpmarket.problems import DomainError
 from mechanisms import estimators
 
-from . import domain
+from . import domain, oneshot, oneshot_stats
+from .domain import PredictedError
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk
 from .pricing import PricePolicy, units_to_decimal
 from .purchases import candidates, held_epsilons, micro
@@ -127,26 +128,6 @@ def price_policy_or_none(attribute: Attribute) -> PricePolicy | None:
 
 
 # -------------------------------------------------------------------------------------------- predictions
-
-@dataclass
-class PredictedError:
-    """Standard errors a purchase would give, from (mechanism, epsilon, n) only.
-
-    ``target`` is what is estimated: ``frequency`` (each category's share),
-    ``mean`` (binary: the share of the second label; numeric: the mean), or
-    ``bit_frequency`` (each Bloom bit's share, strings); for one-shot mechanisms
-    and surveys also ``mean_distribution``, ``proportion`` and
-    ``item_degree_weight`` (LPP: one row each for an item's degree and weight).
-    """
-
-    target: str
-    standard_error: float
-    worst_case_standard_error: float | None
-    per_category: list[dict] = field(default_factory=list)
-    expected_l2: float | None = None  # uRR/uRAP: the exact expected squared l2 loss (uniform population)
-    variance: float | None = None  # surveys: the estimate's variance (at a proportion of 1/2)
-    covariance: list[list[float]] | None = None  # RR3: the estimator's covariance (uniform population)
-
 
 def predicted_error(attribute: Attribute, epsilon: Decimal, n: int) -> PredictedError | None:
     """The standard error of the estimate from ``n`` outputs at ``epsilon`` (``None`` when n = 0).
@@ -250,8 +231,6 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
     credit).  For an improved Christofides survey the charged epsilon is the per-report level of the deck
     dealt to the values included now.
     """
-    from . import oneshot, oneshot_stats
-
     p = oneshot.pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
     n = int(p.eligible.sum())
     charged = spec.charged
@@ -350,9 +329,7 @@ def output_labels(attribute: Attribute) -> list[str] | None:
     """Output names for single-output kinds (categorical, binary, numeric; uRR with its PUM bots, RR3, private
     samples); ``None`` for vectors (strings' and uRAP's bit lists, LPP's (item, state) reports)."""
     if attribute.is_oneshot:
-        from .oneshot_stats import output_labels as oneshot_labels
-
-        return oneshot_labels(attribute)
+        return oneshot_stats.output_labels(attribute)
     if attribute.kind == Attribute.Kind.NUMERIC:
         return ["low", "high"]
     if attribute.kind == Attribute.Kind.STRING:
@@ -439,9 +416,7 @@ def purchase_estimate(purchase: Purchase) -> dict:
         return hit
     _, outputs = all_outputs(purchase)
     if purchase.is_oneshot:
-        from .oneshot_stats import estimate
-
-        result = estimate(purchase, outputs)
+        result = oneshot_stats.estimate(purchase, outputs)
     else:
         result = estimate_outputs(purchase.attribute, outputs, purchase.epsilon)
     cache.set(key, result, timeout=24 * 3600)
@@ -485,8 +460,6 @@ def progress_reporter(purchase_id: int, total: int):
 def request_size(purchase: Purchase) -> tuple[int, int]:
     """``(candidates, eligible)`` of a claimed purchase of any mechanism, now, without locks."""
     if purchase.is_oneshot:
-        from . import oneshot
-
         return oneshot.eligible_count(purchase.attribute, purchase.cohort, oneshot.spec_of(purchase))
     return eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
 

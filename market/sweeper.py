@@ -33,6 +33,8 @@ from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
+from ldpmarket import jobs
+
 from .models import Attribute, Chain, Purchase
 from .purchases import micro
 from .services import EXTENSION_LOCK, extension_lock_key
@@ -65,8 +67,6 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
 def sweep_purchases(*, cutoff: datetime, now: datetime) -> tuple[list[int], list[int]]:
     """One transaction: the stranded purchases, locked (``SKIP LOCKED``: one a worker holds is not stranded, and
     two sweepers never take the same one); each is failed or given a fresh heartbeat and sent on commit."""
-    from .tasks import enqueue, run_purchase
-
     limit = settings.LDP_PURCHASE_MAX_ATTEMPTS
     with transaction.atomic():
         stranded = list(Purchase.objects.select_for_update(skip_locked=True, of=("self",))
@@ -83,7 +83,7 @@ def sweep_purchases(*, cutoff: datetime, now: datetime) -> tuple[list[int], list
         if resumed:
             Purchase.objects.filter(id__in=resumed).update(heartbeat_at=now)
             for pid in resumed:
-                enqueue(run_purchase, pid)
+                jobs.enqueue(jobs.RUN_PURCHASE, pid)
     return resumed, failed
 
 
@@ -117,13 +117,11 @@ def extensions_running() -> set[int]:
 
 
 def sweep_extensions(*, cutoff: datetime) -> list[int]:
-    from .tasks import enqueue, extend_chains
-
     sent = []
     for attribute_id in stranded_extensions(cutoff=cutoff):
         if not _first_in_window(f"sweeper:extension:{attribute_id}"):
             continue  # sent again less than a staleness window ago: still queued, or about to run
-        enqueue(extend_chains, attribute_id)
+        jobs.enqueue(jobs.EXTEND_CHAINS, attribute_id)
         sent.append(attribute_id)
     return sent
 

@@ -15,50 +15,38 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError, transaction
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import InterfaceError, OperationalError
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.services import schedules_advance
+
+from .models import Purchase
+from .oneshot import execute
+from .purchases import PurchaseConflict, PurchaseError, purchase_fail
+from .selectors import progress_reporter, progress_set, request_size
+from .services import chains_extend
+from .sweeper import sweep
 
 logger = logging.getLogger(__name__)
 
 RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": True, "max_retries": 5}
 
 
-def enqueue(task, *args) -> None:
-    """Send ``task(*args)`` once the current transaction commits (at once outside one).
-
-    If the broker cannot take it, the error is logged and nothing else happens: the work is already recorded
-    in the database, and ``sweep_stranded`` sends it once the broker is back (docs/operations.md).
-    """
-    from kombu.exceptions import OperationalError as BrokerError
-
-    def send():
-        try:
-            task.delay(*args)
-        except (BrokerError, ConnectionError, OSError) as exc:
-            logger.error("could not send %s%r to the broker (%s); the sweeper sends it again later",
-                         task.name, args, exc)
-
-    transaction.on_commit(send)
-
-
 @shared_task(time_limit=60 * 60, soft_time_limit=55 * 60, ignore_result=True, **RETRY)
 def extend_chains(attribute_id: int, value_ids: list[int] | None = None) -> int:
-    from .services import chains_extend
-
     return chains_extend(attribute_id=attribute_id, value_ids=value_ids)
 
 
 @shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
 def advance_schedules() -> int:
-    from accounts.services import schedules_advance
-
     return schedules_advance()
 
 
 @shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
 def sweep_stranded() -> str:
     """Send again (or fail) the purchases and chain extensions nobody is running any more (``market.sweeper``)."""
-    from .sweeper import sweep
-
     return str(sweep())
 
 
@@ -75,15 +63,6 @@ def run_purchase(self, purchase_id: int) -> str:
     reason; database hiccups are retried with backoff, a bounded number of times.
     Progress goes to the cache, best-effort: a cache outage never fails the purchase.
     """
-    from celery.exceptions import SoftTimeLimitExceeded
-    from django.db.models import F
-    from django.utils import timezone
-
-    from .models import Purchase
-    from .oneshot import execute
-    from .purchases import PurchaseConflict, PurchaseError, purchase_fail
-    from .selectors import progress_reporter, progress_set, request_size
-
     purchase = Purchase.objects.select_related("attribute").filter(id=purchase_id).first()
     if purchase is None or purchase.status == Purchase.Status.COMPLETED:
         return purchase.status if purchase else "missing"

@@ -44,6 +44,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import roles
+from ldpmarket import jobs
 from ldpmarket.api import AnonThrottle, PurchaseThrottle, QuoteThrottle, UserThrottle, problem_attributes, problem_type
 from market import domain, oneshot, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
@@ -426,10 +427,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _run(self, purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None):
         """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
         if self._async(candidates):
-            from market.tasks import enqueue, run_purchase
-
             selectors.progress_set(purchase.id, 0, total)
-            enqueue(run_purchase, purchase.id)
+            jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
             purchase.refresh_from_db()
             return self._respond(purchase, 202)
         Purchase.objects.filter(id=purchase.id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
@@ -455,9 +454,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             # back): send it again.  The task is idempotent, so a copy still queued or redelivered later (Redis
             # visibility timeout) finds it completed; one whose worker is just starting waits for its lock.
             if purchase.status in (Purchase.Status.PENDING, Purchase.Status.RUNNING) and not _locked(purchase.id):
-                from market.tasks import enqueue, run_purchase
-
-                enqueue(run_purchase, purchase.id)
+                    jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
             purchase.refresh_from_db()
             return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
         if _locked(purchase.id):

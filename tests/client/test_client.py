@@ -120,15 +120,17 @@ def test_429_is_retried_after_retry_after(settings, buyer, categorical, client_f
 def slow_worker(monkeypatch):
     """Background purchases start ``delay`` seconds after the 202 answer, in another thread (as a worker would),
     instead of at once (Celery is eager in the tests)."""
-    import market.tasks
+    from celery import signature
+
+    from ldpmarket import jobs
 
     timers = []
     state = {"delay": 0.6}
 
-    def enqueue(task, *args):
+    def enqueue(task_name, *args):
         def run():
             try:
-                task.delay(*args)
+                signature(task_name, args=args).delay()
             finally:
                 connections.close_all()
 
@@ -136,7 +138,7 @@ def slow_worker(monkeypatch):
         timers.append(timer)
         timer.start()
 
-    monkeypatch.setattr(market.tasks, "enqueue", enqueue)
+    monkeypatch.setattr(jobs, "enqueue", enqueue)
     yield state
     for timer in timers:
         timer.join()

@@ -144,11 +144,14 @@ def test_the_database_refuses_inconsistent_oneshot_attributes(fields):
     (dict(kind="distribution", mechanism="private_sample", prior=["a", 1, 0]), "numbers"),
 ])
 def test_misconfigured_attributes_take_no_values_and_are_explained(fields, message):
-    from django.core.exceptions import ValidationError
+    from market.admin import AttributeForm
 
     attribute = _attribute(**fields)
-    with pytest.raises(ValidationError, match=message):
-        attribute.clean()
+    unbound = AttributeForm(instance=attribute)  # the admin's change page, submitted as it is shown
+    data = {name: unbound[name].field.prepare_value(unbound[name].initial) for name in unbound.fields}
+    form = AttributeForm(data={k: v for k, v in data.items() if v is not None}, instance=attribute)
+    form.is_valid()
+    assert message in " ".join(form.non_field_errors())
     with pytest.raises(InvalidValue, match=message):
         values_create_many(attribute=attribute, owners=make_owners(1, f"mis{attribute.id}"), raws=["x"],
                            ceiling="1")
