@@ -43,8 +43,10 @@ run: venv .env
 	  "DJANGO_DEBUG=1", "DJANGO_SECRET_KEY=" + t(50), "LDP_VALUE_KEY=" + t(32), "LDP_PSEUDONYM_KEY=" + t(32)]))' > $@
 	@echo "==> wrote $@ with fresh keys"
 
-## make test: the whole suite (set DATABASE_URL / REDIS_URL to run it on PostgreSQL and Redis)
+## make test: the layers (lint-imports, .importlinter), then the whole suite (set DATABASE_URL / REDIS_URL to
+## run it on PostgreSQL and Redis)
 test: venv
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## make bench: every benchmark in benchmarks/, figures to benchmarks/results/

@@ -15,8 +15,8 @@ from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 
 from ldpmarket.api import AnonThrottle, DecimalJSONParser, Problem
+from ldpmarket.openapi import ProblemSerializer
 from ldpmarket.problems import problem_type
-from market.api.serializers import ProblemSerializer
 
 from .lockout import PROBLEM_SLUG, PROBLEM_TITLE, is_locked_out, locked_message, seconds_left
 from .tokens import TokenAuthentication

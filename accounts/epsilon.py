@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
+from ldpmarket.problems import EpsilonError
 from mechanisms.exactness import SAMPLER_EPS_MAX
 
 PLACES = 6
@@ -18,10 +19,6 @@ MAX_EPSILON = Decimal(700)
 MAX_SALE_EPSILON = Decimal(SAMPLER_EPS_MAX)
 #: Where the limit is explained, for error messages.
 LIMIT_DOC = "docs/mechanisms.md#the-epsilon-limit"
-
-
-class EpsilonError(ValueError):
-    """An epsilon that is not a finite number in [0, MAX_EPSILON] with at most 6 decimals."""
 
 
 def parse(value, *, name: str = "epsilon", allow_zero: bool = True, limit: Decimal = MAX_EPSILON) -> Decimal:

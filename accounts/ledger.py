@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone as djtz
 
-from .epsilon import from_micro
+from ldpmarket import bulk, pgbinary
+
+from .epsilon import from_micro, to_micro
 from .models import LedgerBlock, LedgerEntry, LedgerHead
 
 GENESIS = "0" * 64
@@ -118,9 +120,7 @@ def _column(values: np.ndarray, convert) -> list:
 def _insert_entries(block, created_at, rec) -> None:
     """Set-based insert of a block's entries: one binary COPY built from the records on PostgreSQL
     (``ldpmarket.pgbinary``, no Python object per entry), executemany elsewhere."""
-    from django.db import connection
 
-    from ldpmarket import bulk, pgbinary
 
     n = rec.shape[0]
     if connection.vendor == "postgresql":
@@ -177,7 +177,6 @@ def _dt(v: int):
 
 def stored_records(block: LedgerBlock) -> np.ndarray:
     """The canonical records of a block's entries as stored now (for the audit's re-hash)."""
-    from .epsilon import to_micro
 
     fields = ["value_id", "kind", "epsilon", "purchase_id", "chain_loss_before", "chain_loss_after", "oneshot_loss_before",
               "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at",

@@ -41,6 +41,8 @@ from django.db.models import Max, Sum
 from django.http import HttpResponse
 from django.utils import timezone
 
+from ldpmarket.api import problem_response
+
 PROBLEM_SLUG = "sign-in-locked"
 PROBLEM_TITLE = "Too many failed sign-ins"
 
@@ -134,7 +136,6 @@ def is_locked_out(request) -> bool:
 
 def locked_problem(request, credentials=None):
     """The API's answer to a refused sign-in: 429, problem type ``sign-in-locked``, ``Retry-After``."""
-    from ldpmarket.api import problem_response
 
     return problem_response(status=429, slug=PROBLEM_SLUG, title=PROBLEM_TITLE, detail=locked_message(),
                             instance=request.get_full_path(),

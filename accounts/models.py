@@ -11,6 +11,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Round
 
+from ldpmarket.money import format_money
+
 EPS = {"max_digits": 12, "decimal_places": 6}
 MONEY = {"max_digits": 16, "decimal_places": 4}
 
@@ -284,7 +286,6 @@ class MoneyEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        from ldpmarket.money import format_money
 
         return f"Money entry #{self.pk}: {format_money(self.amount)} on account #{self.account_id}"
 

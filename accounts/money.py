@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ldpmarket import money as money_display
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import MoneyError, NotABuyer, PayoutRefused, TopUpConflict
 
 from . import roles
 from .models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
@@ -29,32 +29,6 @@ from .models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
 CENT = Decimal("0.01")
 #: The largest amount one movement may carry (balances are NUMERIC(16, 4)).
 MAX_AMOUNT = Decimal("1000000000.00")
-
-
-class MoneyError(DomainError, ValueError):
-    """An amount that is not a positive number of cents, or too large."""
-
-    status = 400
-    slug = "invalid-amount"
-    title = "Invalid amount"
-
-
-class NotABuyer(DomainError, ValueError):
-    status = 400
-    slug = "not-a-buyer"
-    title = "Not a buyer"
-
-
-class TopUpConflict(DomainError):
-    status = 409
-    slug = "topup-key-reused"
-    title = "Idempotency-Key used for another top-up"
-
-
-class PayoutRefused(DomainError):
-    status = 409
-    slug = "payout-refused"
-    title = "Payout refused"
 
 
 currency = money_display.currency  # the setting LDP_CURRENCY (one definition: ldpmarket.money)

@@ -14,10 +14,8 @@ from rest_framework import generics, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ldpmarket.api import Problem
-from market.api.problems import IdempotencyKeyInvalid, IdempotencyKeyRequired
-from market.api.views import KEY_RE
-from market.api.views import problems as _problems
+from ldpmarket.api import KEY_RE, IdempotencyKeyInvalid, IdempotencyKeyRequired, Problem
+from ldpmarket.openapi import problems as _problems
 
 from . import money, money_selectors, roles
 from .models import MoneyEntry, User

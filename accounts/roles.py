@@ -36,18 +36,12 @@ Usage::
 """
 from __future__ import annotations
 
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import RoleError
 
 from .models import User
 
 #: Roles that enter the admin console (``is_staff`` is kept True for them).
 CONSOLE_ROLES = frozenset({User.Role.AUDITOR, User.Role.STAFF})
-
-
-class RoleError(DomainError, ValueError):
-    status = 400
-    slug = "unknown-role"
-    title = "Unknown role"
 
 
 # ------------------------------------------------------------------------------------------- granting

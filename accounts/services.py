@@ -14,21 +14,13 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from . import ledger
 from ldpmarket import jobs
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import BudgetError
 
+from . import ledger
 from .epsilon import from_micro, parse, to_micro
 from .models import BudgetAccount, LedgerEntry
 from .schedule import ceiling_micro
-
-
-class BudgetError(DomainError, ValueError):
-    """A budget change the rules forbid; the message is shown to the owner as it is."""
-
-    status = 400
-    slug = "budget-refused"
-    title = "Budget change refused"
 
 
 @dataclass(frozen=True)

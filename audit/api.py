@@ -17,7 +17,7 @@ from rest_framework import generics, permissions, serializers
 from accounts.models import LedgerEntry
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
-from market.api.views import problems
+from ldpmarket.openapi import problems
 
 from .filters import LedgerEntryFilter
 

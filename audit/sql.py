@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models import CharField, F, Func, Value
 
 from accounts.epsilon import MICRO
+from market.pgcopy import copy_out, parse_rows
 
 from .codes import MONEY_UNITS
 
@@ -80,7 +81,6 @@ def fetch_ints(select: list[str], table: str, order: str = "id") -> np.ndarray:
     sql = f"SELECT {', '.join(select)} FROM {table} ORDER BY {order}"
     with connection.cursor() as cur:
         if pg:
-            from market.pgcopy import copy_out, parse_rows
 
             data = copy_out(cur.cursor, sql)
             rows = parse_rows(data, [(f"c{j}", ">i8") for j in range(k)])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import re
 from decimal import Decimal
 from http import HTTPStatus
 
@@ -40,23 +41,22 @@ from rest_framework.utils.encoders import JSONEncoder
 def _set_rollback() -> None:
     """DRF's ``set_rollback``, imported late: ``rest_framework.views`` reads the settings that name this
     module's classes, so importing it at module level would be circular."""
+    # late: rest_framework.views reads the settings that name this module (see the docstring)
     from rest_framework.views import set_rollback
 
     set_rollback()
 
-from accounts.epsilon import EpsilonError
+from django.views.defaults import bad_request, page_not_found, server_error
 
-from .problems import PROBLEM_BASE, DomainError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
+from ldpmarket.cache import unreachable
+
+from .problems import PROBLEM_BASE, DomainError, EpsilonError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
 
 log = logging.getLogger("ldpmarket.api")
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 #: JSON bodies nested deeper than this are refused (400); no request of this API needs more than a few levels.
 MAX_JSON_DEPTH = 32
-
-# An invalid epsilon is an invalid field: sent exactly like a validation error of ``epsilon``.
-declare(EpsilonError, status=400, slug="invalid-input", title="Invalid input")
-
 
 class Problem(exceptions.APIException):
     """Base of the errors the API raises itself.  Subclasses declare ``status``, ``slug`` and ``title``
@@ -225,7 +225,6 @@ def not_found_view(request, exception=None):
     """``handler404``: problem+json under ``/api/``, Django's page elsewhere."""
     if request.path.startswith("/api/"):
         return problem_response(status=404, detail="No such resource.", instance=request.get_full_path())
-    from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
 
@@ -235,7 +234,6 @@ def bad_request_view(request, exception=None):
     if request.path.startswith("/api/"):
         return problem_response(status=400, slug=_SLUGS[exceptions.ParseError], detail="The request is malformed.",
                                 instance=request.get_full_path())
-    from django.views.defaults import bad_request
 
     return bad_request(request, exception)
 
@@ -244,7 +242,6 @@ def server_error_view(request):
     """``handler500``: problem+json under ``/api/``, Django's page elsewhere."""
     if request.path.startswith("/api/"):
         return problem_response(status=500, detail="An internal error occurred; it has been logged.")
-    from django.views.defaults import server_error
 
     return server_error(request)
 
@@ -340,7 +337,6 @@ class _LiveRates:
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
 
     def allow_request(self, request, view):
-        from ldpmarket.cache import unreachable
 
         try:
             return super().allow_request(request, view)
@@ -367,3 +363,21 @@ class PurchaseThrottle(_LiveRates, throttling.UserRateThrottle):
     """``purchase`` scope: POST /api/v1/purchases/ per user."""
 
     scope = "purchase"
+
+
+# ------------------------------------------------------------------------------------------ Idempotency-Key
+
+#: An Idempotency-Key: 1-255 visible ASCII characters (purchases and top-ups; docs/errors.md).
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+class IdempotencyKeyRequired(Problem):
+    status = 400
+    slug = "idempotency-key-required"
+    title = "Idempotency-Key required"
+
+
+class IdempotencyKeyInvalid(Problem):
+    status = 400
+    slug = "idempotency-key-invalid"
+    title = "Invalid Idempotency-Key"

@@ -24,6 +24,7 @@ import time
 
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache
+from redis import exceptions as redis_errors
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,8 @@ _lock = threading.Lock()
 
 def unreachable() -> tuple[type[Exception], ...]:
     """The exceptions that mean Redis cannot be reached (as opposed to a wrong use of it)."""
-    from redis.exceptions import ConnectionError, ReadOnlyError, TimeoutError
 
-    return ConnectionError, TimeoutError, ReadOnlyError, OSError
+    return redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.ReadOnlyError, OSError
 
 
 class FallbackRedisCache(RedisCache):

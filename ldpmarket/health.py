@@ -15,6 +15,8 @@ from django.db import connections
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
+from ldpmarket.celery import app
+
 logger = logging.getLogger(__name__)
 
 #: Seconds a readiness check may wait for the broker.
@@ -44,7 +46,6 @@ def _database():
 
 
 def _broker():
-    from ldpmarket.celery import app
 
     if app.conf.task_always_eager:
         return "tasks run in-process (eager)"

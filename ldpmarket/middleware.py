@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from django.middleware.common import CommonMiddleware as DjangoCommonMiddleware
 
+from .api import trailing_slash_response
+
 #: Methods that are redirected to the path with its slash, as Django does; every other one is refused.
 REDIRECTED = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -19,7 +21,6 @@ class CommonMiddleware(DjangoCommonMiddleware):
     def process_response(self, request, response):
         if (response.status_code == 404 and request.method not in REDIRECTED
                 and self.should_redirect_with_slash(request)):
-            from .api import trailing_slash_response
 
             return trailing_slash_response(request)
         return super().process_response(request, response)

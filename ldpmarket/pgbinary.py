@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from .problems import DomainError
+from .problems import CopyFormatError
 
 #: PGCOPY binary format: signature, flags, header extension length; the trailer is a field count of -1.
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
@@ -36,14 +36,6 @@ HEADER = SIGNATURE + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 NUMERIC_NEG = 0x4000
-
-
-class CopyFormatError(DomainError, RuntimeError):
-    """A binary COPY stream that does not have the expected fixed-width layout (a fault: a 500, logged)."""
-
-    status = 500
-    slug = "copy-format"
-    title = "Unexpected bulk-copy layout"
 
 
 # --------------------------------------------------------------------------- fixed-width rows

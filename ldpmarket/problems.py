@@ -1,4 +1,5 @@
-"""Problem types: every error of the service declares its HTTP status, its type and its title (docs/errors.md).
+"""The service's domain errors, all in this one module: each declares its HTTP status, its type and its title
+(docs/errors.md).
 
 A client tells errors apart by the problem's ``type`` (RFC 9457), a ``tag:``
 URI built from a slug (:func:`problem_type`).  Each exception class declares
@@ -17,7 +18,9 @@ handler turns both into ``application/problem+json``: the declared status,
 type and title, the message as ``detail``, plus ``errors`` (field ->
 messages) where the error names fields, and ``Retry-After`` on a 503.
 
-This module imports nothing from Django or the apps, so any layer may use it.
+Every error a service, selector or domain rule raises is defined below, grouped by the module that raises
+it; the modules import them from here (``from ldpmarket.problems import PriceChanged``).  This module imports
+nothing from Django or the apps, so any layer may use it.
 """
 from __future__ import annotations
 
@@ -49,9 +52,9 @@ class DomainError(Exception):
         return None
 
 
-#: Errors declared in modules this project does not let this layer change, with their problem attributes:
-#: ``{class: (status, slug, title)}``.  ``accounts.epsilon.EpsilonError`` is an invalid field, so it is sent
-#: exactly like a validation error of the field ``epsilon`` (type ``invalid-input``).
+#: Errors whose problem attributes are not their own class attributes: ``{class: (status, slug, title)}``.
+#: ``EpsilonError`` is an invalid field, so it is sent exactly like a validation error of the field ``epsilon``
+#: (type ``invalid-input``, which it shares with DRF's validation errors).
 DECLARED_ELSEWHERE: dict[type, tuple[int, str, str]] = {}
 
 
@@ -67,3 +70,196 @@ def attributes_of(cls: type) -> tuple[int, str, str] | None:
     if not own.get("abstract") and all(k in own for k in ("status", "slug", "title")):
         return own["status"], own["slug"], own["title"]
     return DECLARED_ELSEWHERE.get(cls)
+
+
+# ------------------------------------------------------------------------- Epsilons (accounts.epsilon)
+
+
+class EpsilonError(ValueError):
+    """An epsilon that is not a finite number in [0, MAX_EPSILON] with at most 6 decimals."""
+
+
+# An invalid epsilon is an invalid field: sent exactly like a validation error of ``epsilon``.
+declare(EpsilonError, status=400, slug="invalid-input", title="Invalid input")
+
+
+# ------------------------------------------------------------------------------ Roles (accounts.roles)
+
+
+class RoleError(DomainError, ValueError):
+    status = 400
+    slug = "unknown-role"
+    title = "Unknown role"
+
+
+# ------------------------------------------------------------------------- Budgets (accounts.services)
+
+
+class BudgetError(DomainError, ValueError):
+    """A budget change the rules forbid; the message is shown to the owner as it is."""
+
+    status = 400
+    slug = "budget-refused"
+    title = "Budget change refused"
+
+
+# ------------------------------------------------------------------------------ Money (accounts.money)
+
+
+class MoneyError(DomainError, ValueError):
+    """An amount that is not a positive number of cents, or too large."""
+
+    status = 400
+    slug = "invalid-amount"
+    title = "Invalid amount"
+
+
+class NotABuyer(DomainError, ValueError):
+    status = 400
+    slug = "not-a-buyer"
+    title = "Not a buyer"
+
+
+class TopUpConflict(DomainError):
+    status = 409
+    slug = "topup-key-reused"
+    title = "Idempotency-Key used for another top-up"
+
+
+class PayoutRefused(DomainError):
+    status = 409
+    slug = "payout-refused"
+    title = "Payout refused"
+
+
+# --------------------------------------------------------------- Values and attributes (market.domain)
+
+
+class InvalidValue(DomainError, ValueError):
+    """A raw value that does not fit its attribute (a label it does not have, a number out of bounds, ...)."""
+
+    status = 400
+    slug = "invalid-value"
+    title = "Invalid value"
+
+
+class InvalidAttribute(DomainError, ValueError):
+    """An attribute whose one-shot fields do not describe a usable mechanism."""
+
+    status = 409
+    slug = "attribute-misconfigured"
+    title = "Attribute misconfigured"
+
+
+# --------------------------------------------------------------------- Price policies (market.pricing)
+
+
+class PolicyError(DomainError, ValueError):
+    """A price policy that does not parse (an attribute with one is not for sale)."""
+
+    status = 400
+    slug = "invalid-price-policy"
+    title = "Invalid price policy"
+
+
+# ---------------------------------------------------------------------- Sealed inputs (market.sealing)
+
+
+class SealBroken(DomainError):
+    """A sealed input that does not open: tampered with, moved between rows, or sealed under another key.
+
+    A fault of the stored data, never of the request: a 500, logged."""
+
+    status = 500
+    slug = "seal-broken"
+    title = "Sealed data does not open"
+
+
+# -------------------------------------------------------- Purchases (market.purchases, market.oneshot)
+
+
+class PurchaseError(DomainError):
+    """A purchase the rules refuse (the wrong role, an attribute whose price policy is invalid, ...).
+
+    Each subclass declares its own status, type and title (docs/errors.md)."""
+
+    status = 400
+    slug = "purchase-refused"
+    title = "Purchase refused"
+
+
+class IdempotencyConflict(PurchaseError):
+    """The Idempotency-Key was already used for a different request."""
+
+    status = 409
+    slug = "idempotency-conflict"
+    title = "Idempotency key conflict"
+
+
+class InsufficientCredit(PurchaseError):
+    status = 402
+    slug = "insufficient-credit"
+    title = "Insufficient credit"
+
+
+class PriceChanged(PurchaseError):
+    """The purchase now costs more than the quote it was made from said: ask for a new quote."""
+
+    status = 409
+    slug = "price-changed"
+    title = "Price changed"
+
+
+class PurchaseConflict(PurchaseError):
+    """A concurrent change (a value added while the purchase read its values); retrying succeeds."""
+
+    status = 503
+    slug = "purchase-conflict"
+    title = "Temporarily unavailable"
+    retry_after = 1
+
+
+class ParameterError(PurchaseError):
+    """A request whose mechanism parameters do not fit the attribute (400); ``field`` names the culprit."""
+
+    status = 400
+    slug = "invalid-parameter"
+    title = "Invalid mechanism parameter"
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
+
+    @property
+    def errors(self) -> dict[str, list[str]]:
+        return {self.field: [str(self)]}
+
+
+class TooFewRespondents(PurchaseError):
+    """A survey that too few owners can answer now to be run (or to be informative)."""
+
+    status = 400
+    slug = "too-few-respondents"
+    title = "Too few respondents"
+
+
+# ---------------------------------------------------------------------------- Quotes (market.services)
+
+
+class QuoteInvalid(DomainError, ValueError):
+    """A quote token that is not valid for this buyer now (tampered with, another buyer's, or expired)."""
+
+    status = 400
+    slug = "invalid-quote"
+    title = "Invalid quote"
+
+
+# ------------------------------------------------------------------------ Storage (ldpmarket.pgbinary)
+
+
+class CopyFormatError(DomainError, RuntimeError):
+    """A binary COPY stream that does not have the expected fixed-width layout (a fault: a 500, logged)."""
+
+    status = 500
+    slug = "copy-format"
+    title = "Unexpected bulk-copy layout"

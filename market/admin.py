@@ -18,12 +18,13 @@ from django.db.models import Count, F
 from django.urls import reverse
 from django.utils.html import format_html
 
+from accounts import roles
 from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
 from accounts.epsilon import MICRO, to_micro
-from accounts import roles
 
 from . import chains, domain, sealing
 from .models import Attribute, Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
+from .oneshot_specs import guarantee_label
 
 log = logging.getLogger("ldpmarket.audit")
 
@@ -270,7 +271,6 @@ class PurchaseAdmin(ReadOnlyAdmin):
     @admin.display(description="guarantee", ordering="guarantee")
     def guarantee_text(self, obj):
         """The guarantee in words (improved Christofides: per-report epsilon under non-collusion, aggregate only)."""
-        from .oneshot import guarantee_label
 
         if obj.guarantee:
             return guarantee_label(obj.guarantee)

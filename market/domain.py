@@ -30,14 +30,15 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from decimal import Decimal, InvalidOperation
-
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import InvalidAttribute, InvalidValue
+from mechanisms.numeric import discretize
 from mechanisms.random import uniform_below
+from mechanisms.rappor import bloom_bits
 
 from .models import MAX_ITEMS, Attribute
 
@@ -46,22 +47,6 @@ MAX_TAGS = 16
 #: How far a distribution's sum may stray from 1 (it is then renormalised).
 SUM_TOLERANCE = 1e-6
 GRAPH_STATES = ["none", "+1", "-1"]  # LPP report states 0, 1, 2
-
-
-class InvalidValue(DomainError, ValueError):
-    """A raw value that does not fit its attribute (a label it does not have, a number out of bounds, ...)."""
-
-    status = 400
-    slug = "invalid-value"
-    title = "Invalid value"
-
-
-class InvalidAttribute(DomainError, ValueError):
-    """An attribute whose one-shot fields do not describe a usable mechanism."""
-
-    status = 409
-    slug = "attribute-misconfigured"
-    title = "Attribute misconfigured"
 
 
 def labels_of(attribute: Attribute) -> list[str]:
@@ -195,7 +180,6 @@ def to_inputs(attribute: Attribute, raws: list, rng=None) -> tuple[np.ndarray, n
             bad = raws[int(np.argmin(inputs))]
             raise InvalidValue(f"{bad!r} is not one of the choices: {', '.join(labels)}")
     elif kind == Attribute.Kind.NUMERIC:
-        from mechanisms.numeric import discretize
 
         try:
             x = np.array([float(Decimal(str(r))) for r in raws], dtype=np.float64)
@@ -206,7 +190,6 @@ def to_inputs(attribute: Attribute, raws: list, rng=None) -> tuple[np.ndarray, n
             raise InvalidValue(f"the value must be a number between {attribute.low} and {attribute.high}")
         inputs = discretize(x, low, high, rng).astype(np.int64)
     elif kind == Attribute.Kind.STRING:
-        from mechanisms.rappor import bloom_bits
 
         if any(not isinstance(r, str) or not r or len(r) > MAX_STRING for r in raws):
             raise InvalidValue(f"the value must be a non-empty text of at most {MAX_STRING} characters")

@@ -24,12 +24,13 @@ import math
 
 import numpy as np
 
+from ldpmarket.problems import TooFewRespondents
 from mechanisms import estimators, private_sampling, rr3, surveys, uldp
 
 from . import domain
 from .domain import PredictedError
 from .models import Attribute, Purchase
-from .oneshot import M, Spec, TooFewRespondents, ic_deck, rr3_matrix, spec_of
+from .oneshot_specs import M, Spec, ic_deck, rr3_matrix, spec_of
 
 Z95 = 1.959963984540054
 

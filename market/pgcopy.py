@@ -220,6 +220,7 @@ def enabled() -> bool:
     """
     if connection.vendor != "postgresql":
         return False
+    # PostgreSQL only: Django's PostgreSQL backend needs psycopg, which an SQLite set-up need not have
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     return is_psycopg3

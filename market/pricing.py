@@ -17,19 +17,11 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 import numpy as np
 
 from accounts.epsilon import MICRO, from_micro, parse
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import PolicyError
 
 CENT = Decimal("0.0001")
 UNITS = 10_000  # money units per 1.0
 DEFAULT_POLICY = {"points": [["0", "0"], ["1", "0.01"], ["10", "0.05"]], "owner_share": "0.8"}
-
-
-class PolicyError(DomainError, ValueError):
-    """A price policy that does not parse (an attribute with one is not for sale)."""
-
-    status = 400
-    slug = "invalid-price-policy"
-    title = "Invalid price policy"
 
 
 @dataclass(frozen=True)

@@ -33,62 +33,23 @@ from django.db.models.functions import Cast, Round
 from django.utils import timezone
 
 from accounts import ledger, roles
-from accounts.epsilon import MAX_SALE_EPSILON, MICRO, from_micro, parse, to_micro
+from accounts.epsilon import MAX_SALE_EPSILON, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from ldpmarket import bulk, pgbinary
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import (
+    IdempotencyConflict,
+    InsufficientCredit,
+    PriceChanged,
+    PurchaseConflict,
+    PurchaseError,
+)
 
 from . import chainsets, domain, pgcopy, sealing
+from .eligible import Candidates, candidates, held_epsilons
 from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
-from .pricing import PolicyError, PricePolicy, UNITS, units_to_decimal
+from .pricing import UNITS, PolicyError, PricePolicy, units_to_decimal
 
 CHUNK = 10_000
-
-
-class PurchaseError(DomainError):
-    """A purchase the rules refuse (the wrong role, an attribute whose price policy is invalid, ...).
-
-    Each subclass declares its own status, type and title (docs/errors.md)."""
-
-    status = 400
-    slug = "purchase-refused"
-    title = "Purchase refused"
-
-
-class IdempotencyConflict(PurchaseError):
-    """The Idempotency-Key was already used for a different request."""
-
-    status = 409
-    slug = "idempotency-conflict"
-    title = "Idempotency key conflict"
-
-
-class InsufficientCredit(PurchaseError):
-    status = 402
-    slug = "insufficient-credit"
-    title = "Insufficient credit"
-
-
-class PriceChanged(PurchaseError):
-    """The purchase now costs more than the quote it was made from said: ask for a new quote."""
-
-    status = 409
-    slug = "price-changed"
-    title = "Price changed"
-
-
-class PurchaseConflict(PurchaseError):
-    """A concurrent change (a value added while the purchase read its values); retrying succeeds."""
-
-    status = 503
-    slug = "purchase-conflict"
-    title = "Temporarily unavailable"
-    retry_after = 1
-
-
-def micro(field: str):
-    """An exact micro-epsilon (or money-unit) integer computed in SQL from a NUMERIC column."""
-    return Cast(Round(F(field) * MICRO), BigIntegerField())
 
 
 def fingerprint(*, attribute_id: int, epsilon, cohort) -> str:
@@ -119,84 +80,6 @@ def claim_key(*, buyer: User, idempotency_key: str, request_hash: str, **fields)
         if existing.request_hash != request_hash:
             raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.") from None
         return existing, False
-
-
-@dataclass
-class Candidates:
-    """The attribute's values (in value-id order) with their budgets, and which of them can be sold at e."""
-
-    value_ids: np.ndarray
-    owner_ids: np.ndarray
-    ceiling: np.ndarray
-    chain_loss: np.ndarray
-    oneshot_loss: np.ndarray
-    paused: np.ndarray
-    withdrawn: np.ndarray
-    over: np.ndarray  # max(chain_loss, e) + oneshot_loss > ceiling
-    has_raw: np.ndarray  # the raw value (and so the mechanism's input) is still held
-    below: np.ndarray  # the ceiling alone is below e; an ``over`` value that is not ``below`` lacks remaining budget
-
-    def excluded_over(self) -> tuple[int, int]:
-        """``(ceiling below e, remaining budget too small)`` among the values neither paused nor withdrawn that
-        are ``over``: the ceiling is below the epsilon itself, or it is not but what was already spent leaves too
-        little (docs/budget-rules.md#budgets-and-ceilings)."""
-        active = self.over & ~self.paused & ~self.withdrawn
-        return int((active & self.below).sum()), int((active & ~self.below).sum())
-
-    @property
-    def eligible(self) -> np.ndarray:
-        return ~self.paused & ~self.withdrawn & ~self.over
-
-
-def _budgets(attribute: Attribute, cohort: int | None):
-    qs = BudgetAccount.objects.filter(value__attribute=attribute)
-    return qs.filter(value__cohort=cohort) if cohort is not None else qs
-
-
-#: Binary COPY layout of ``_CANDIDATES_SQL``'s rows.
-_CANDIDATE_LAYOUT = [("value_id", ">i8"), ("owner_id", ">i8"), ("ceiling", ">i8"), ("chain_loss", ">i8"),
-                     ("oneshot_loss", ">i8"), ("paused", "?"), ("withdrawn", "?"), ("has_raw", "?")]
-
-
-def _candidates_copy(attribute: Attribute, cohort: int | None, lock: bool) -> np.ndarray:
-    """PostgreSQL: the rows of ``candidates`` by one binary ``COPY (SELECT ... FOR UPDATE)``, parsed by numpy."""
-    budget, value = BudgetAccount._meta.db_table, Value._meta.db_table
-    where = "v.attribute_id = %(attribute)s" + (" AND v.cohort = %(cohort)s" if cohort is not None else "")
-    query = (f"SELECT b.value_id, v.owner_id, round(b.ceiling * {MICRO})::bigint, "
-             f"round(b.chain_loss * {MICRO})::bigint, round(b.oneshot_loss * {MICRO})::bigint, b.paused, "
-             f"v.withdrawn_at IS NOT NULL, v.raw_deleted_at IS NULL FROM {budget} b JOIN {value} v ON v.id = b.value_id "
-             f"WHERE {where} ORDER BY b.value_id" + (" FOR UPDATE OF b" if lock else ""))
-    with connection.cursor() as cur:
-        data = pgcopy.copy_out(cur.cursor, query, {"attribute": attribute.id, "cohort": cohort})
-    return pgcopy.parse_rows(data, _CANDIDATE_LAYOUT)
-
-
-def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: bool) -> Candidates:
-    """The attribute's (cohort's) values with their budgets in value-id order, locked (``lock``) in that order."""
-    if pgcopy.enabled():
-        rows = _candidates_copy(attribute, cohort, lock)
-        col = lambda name: rows[name].astype(np.int64)  # noqa: E731
-        ceiling, chain_loss, oneshot = col("ceiling"), col("chain_loss"), col("oneshot_loss")
-        return Candidates(value_ids=col("value_id"), owner_ids=col("owner_id"), ceiling=ceiling,
-                          chain_loss=chain_loss, oneshot_loss=oneshot, paused=rows["paused"].copy(),
-                          withdrawn=rows["withdrawn"].copy(), has_raw=rows["has_raw"].copy(),
-                          over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling)
-    qs = _budgets(attribute, cohort)
-    if lock:
-        qs = qs.select_for_update(of=("self",))
-    rows = list(qs.order_by("value_id").values_list(
-        "value_id", "value__owner_id", micro("ceiling"), micro("chain_loss"), micro("oneshot_loss"), "paused",
-        "value__withdrawn_at", "value__raw_deleted_at"))
-    n = len(rows)
-    cols = list(zip(*rows)) if n else [()] * 8
-    as_int = lambda c: np.fromiter(c, dtype=np.int64, count=n)  # noqa: E731
-    ceiling, chain_loss, oneshot = as_int(cols[2]), as_int(cols[3]), as_int(cols[4])
-    return Candidates(
-        value_ids=as_int(cols[0]), owner_ids=as_int(cols[1]), ceiling=ceiling, chain_loss=chain_loss,
-        oneshot_loss=oneshot, paused=np.fromiter(cols[5], dtype=bool, count=n),
-        withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n),
-        has_raw=np.fromiter((d is None for d in cols[7]), dtype=bool, count=n),
-        over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling)
 
 
 def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
@@ -287,20 +170,6 @@ def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.nd
                                       [attribute.id] * rows.size, domain.payload_bytes(attribute))
         inputs[rows] = domain.from_payload(attribute, payload)
     return inputs
-
-
-def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The buyer's held epsilon (micro, 0 when none) and holding row id (-1) for each value: upgrade credit."""
-    rows = list(Holding.objects.filter(buyer_id=buyer_id, value__attribute=attribute).order_by("value_id")
-                .values_list("value_id", micro("epsilon"), "id"))
-    held = np.zeros(value_ids.size, dtype=np.int64)
-    holding_ids = np.full(value_ids.size, -1, dtype=np.int64)
-    if rows:
-        ids, eps, hid = (np.array(c, dtype=np.int64) for c in zip(*rows))
-        pos = np.clip(np.searchsorted(ids, value_ids), 0, ids.size - 1)
-        hit = ids[pos] == value_ids
-        held[hit], holding_ids[hit] = eps[pos[hit]], hid[pos[hit]]
-    return held, holding_ids
 
 
 @dataclass

@@ -25,21 +25,11 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-from ldpmarket.problems import DomainError
+from ldpmarket.problems import SealBroken
 
 PAYLOAD = 6
 HEADER = np.dtype([("owner", "<u4"), ("attribute", "<u4"), ("index", "<u2"), ("payload", "u1", (PAYLOAD,))])
 assert HEADER.itemsize == 16
-
-
-class SealBroken(DomainError):
-    """A sealed input that does not open: tampered with, moved between rows, or sealed under another key.
-
-    A fault of the stored data, never of the request: a 500, logged."""
-
-    status = 500
-    slug = "seal-broken"
-    title = "Sealed data does not open"
 
 
 @lru_cache(maxsize=4)

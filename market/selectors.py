@@ -30,14 +30,15 @@ from django.utils import timezone
 
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
-from ldpmarket.problems import DomainError
+from ldpmarket import problems
+from ldpmarket.problems import QuoteInvalid
 from mechanisms import estimators
 
-from . import domain, oneshot, oneshot_stats
+from . import domain, eligible, oneshot_specs, oneshot_stats
 from .domain import PredictedError
-from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk
+from .eligible import candidates, held_epsilons, micro
+from .models import Attribute, Chain, Purchase, PurchaseChunk
 from .pricing import PricePolicy, units_to_decimal
-from .purchases import candidates, held_epsilons, micro
 
 logger = logging.getLogger(__name__)
 
@@ -225,19 +226,19 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
 
 
 def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | None, policy: PricePolicy) -> Quote:
-    """What a one-shot purchase or survey (``market.oneshot.Spec``) would include, cost and charge now (no locks).
+    """What a one-shot purchase or survey (``market.oneshot_specs.Spec``) would include, cost and charge now (no locks).
 
     Every included value costs the policy price at the charged epsilon (each release is new loss: no upgrade
     credit).  For an improved Christofides survey the charged epsilon is the per-report level of the deck
     dealt to the values included now.
     """
-    p = oneshot.pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
+    p = eligible.pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
     n = int(p.eligible.sum())
     charged = spec.charged
     if spec.mechanism == Purchase.Mechanism.IMPROVED_CHRISTOFIDES and n:
         try:
-            charged = oneshot.ceil6(oneshot.deck_level(oneshot.ic_deck(n, spec.epsilon, spec.value("p2"))))
-        except oneshot.TooFewRespondents:
+            charged = oneshot_specs.ceil6(oneshot_specs.deck_level(oneshot_specs.ic_deck(n, spec.epsilon, spec.value("p2"))))
+        except problems.TooFewRespondents:
             n = 0
     per_value = units_to_decimal(int(policy.units(np.array([to_micro(charged)]))[0]))
     excluded = p.excluded()
@@ -253,14 +254,6 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
                              "c": cohort, "p": str(q.price), "n": n, "m": spec.mechanism, "x": spec.parameters},
                             salt=QUOTE_SALT, compress=True)
     return q
-
-
-class QuoteInvalid(DomainError, ValueError):
-    """A quote token that is not valid for this buyer now (tampered with, another buyer's, or expired)."""
-
-    status = 400
-    slug = "invalid-quote"
-    title = "Invalid quote"
 
 
 def open_quote(token: str, *, buyer_id: int, check_expiry: bool = True) -> dict:
@@ -460,13 +453,13 @@ def progress_reporter(purchase_id: int, total: int):
 def request_size(purchase: Purchase) -> tuple[int, int]:
     """``(candidates, eligible)`` of a claimed purchase of any mechanism, now, without locks."""
     if purchase.is_oneshot:
-        return oneshot.eligible_count(purchase.attribute, purchase.cohort, oneshot.spec_of(purchase))
+        return eligible.eligible_count(purchase.attribute, purchase.cohort, oneshot_specs.spec_of(purchase))
     return eligible_count(purchase.attribute, purchase.cohort, purchase.epsilon)
 
 
 def eligible_count(attribute: Attribute, cohort: int | None, epsilon: Decimal) -> tuple[int, int]:
     """``(candidates, eligible)`` now, without locks, counted in SQL: sizes a purchase (sync or Celery) and its
-    progress.  Eligible is ``purchases.candidates(...).eligible`` (not paused, not withdrawn,
+    progress.  Eligible is ``eligible.candidates(...).eligible`` (not paused, not withdrawn,
     ``max(chain_loss, e) + oneshot_loss <= ceiling``, exactly, in micro-epsilons)."""
     e = to_micro(epsilon)
     big = BigIntegerField()

@@ -35,8 +35,8 @@ from django.utils import timezone
 
 from ldpmarket import jobs
 
+from .eligible import micro
 from .models import Attribute, Chain, Purchase
-from .purchases import micro
 from .services import EXTENSION_LOCK, extension_lock_key
 
 logger = logging.getLogger(__name__)

@@ -21,10 +21,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.services import schedules_advance
+from ldpmarket.problems import PurchaseConflict, PurchaseError
 
 from .models import Purchase
 from .oneshot import execute
-from .purchases import PurchaseConflict, PurchaseError, purchase_fail
+from .purchases import purchase_fail
 from .selectors import progress_reporter, progress_set, request_size
 from .services import chains_extend
 from .sweeper import sweep

@@ -449,6 +449,7 @@ def mollifier_tv(p, q, eps) -> np.ndarray:
     paper's Appendix A.8 linear program: minimise ``sum z`` with ``z >= p - r``, ``z >= 0``,
     ``sum r = 1`` and the bounds on ``r`` (scipy HiGHS).  The optimum equals
     ``max(sum (p - hi)_+, sum (lo - p)_+)``."""
+    # SciPy's optimizer takes a noticeable time to load and only the optimal-sampler design needs it
     from scipy.optimize import linprog
 
     p, q, eps, lo, hi = _mollifier_bounds(p, q, eps)

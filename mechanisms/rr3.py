@@ -46,6 +46,7 @@ import numpy as np
 from ._exact import TWO_64, ceil_frac, exp_lower, largest_honest, ln_floor_places
 from ._sampling import CellTable, safe_cells
 from ._validation import check_eps, check_m, check_values
+from .estimators import project_simplex
 from .numeric import discretize
 from .random import uniform_below
 
@@ -502,6 +503,7 @@ def inverse_sample_size(n, m) -> float:
     Summed exactly over the binomial's mass within 40 standard deviations of its mean (the rest is below
     double precision), renormalised by ``P(N >= 1)``.
     """
+    # scipy.stats takes about a second to load and only this exact-variance helper needs it
     from scipy.stats import binom
 
     n, m = _count(n, "n (the number of users)"), _count(m, "m (the number of items)")
@@ -551,7 +553,6 @@ def lpp_standard_errors(reports, n, m, eps1, eps2) -> tuple[np.ndarray, np.ndarr
     given the item's own number of samples, at its estimated states projected onto the simplex, for any
     weights (the reports cannot tell fractional weights from signs, so the larger covariance is used).
     NaN for an item nobody sampled."""
-    from .estimators import project_simplex
 
     est = graph_estimates(reports, n, m, eps1, eps2)  # validates every argument
     r = np.asarray(reports)

@@ -18,9 +18,10 @@ from django.http import Http404
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
-from market import sealing
+from market import domain, sealing
 from market.domain import labels_of
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase, Value
+from market.oneshot_specs import guarantee_label
 
 RELEASE_KINDS = (LedgerEntry.Kind.CHAIN_RELEASE, LedgerEntry.Kind.ONESHOT_RELEASE)
 ZERO_MONEY = Decimal("0.0000")
@@ -482,8 +483,6 @@ def oneshot_releases(owner: User, *, value_id: int | None = None, limit: int | N
     """The owner's one-shot releases and survey answers, newest first: mechanism, charged epsilon, guarantee
     (with its label: improved Christofides is shown as per-report eps under a non-collusion assumption),
     buyer organisation (never the buyer's username), date, and what the owner earned from that purchase."""
-    from market.models import SURVEY_MECHANISMS, Purchase
-    from market.oneshot import guarantee_label
 
     qs = LedgerEntry.objects.filter(value__owner=owner, kind=LedgerEntry.Kind.ONESHOT_RELEASE)
     if value_id is not None:
@@ -507,7 +506,6 @@ def oneshot_releases(owner: User, *, value_id: int | None = None, limit: int | N
 def pum_tag(owner: User, value_id: int) -> str | None:
     """The owner's personal sensitivity tag (PUM) of a uRR/uRAP value, opened for the owner's own eyes: the tag
     name, or ``None`` when untagged, deleted or not a uRR/uRAP value.  ``Http404`` for another owner's value."""
-    from market import domain
 
     value = owner_value(owner, value_id)
     attribute = value.attribute

@@ -16,6 +16,7 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.views import LoginView, LogoutView, redirect_to_login
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.db import IntegrityError
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -24,8 +25,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from accounts import roles
+from accounts import money, money_selectors, roles
 from accounts.epsilon import EpsilonError
+from accounts.models import MoneyAccount
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.domain import InvalidValue
 from market.services import value_create, value_delete_raw, value_set_pum_tag
@@ -185,10 +187,7 @@ def releases(request):
 @require_http_methods(["GET"])
 def money_page(request):
     """Earnings balance, payout requests and the statement of every movement (docs/money.md)."""
-    from django.core.paginator import Paginator
 
-    from accounts import money_selectors
-    from accounts.models import MoneyAccount
 
     owner = request.user
     page = Paginator(money_selectors.statement(owner, MoneyAccount.Kind.OWNER_EARNINGS), 25).get_page(
@@ -204,7 +203,6 @@ def money_page(request):
 @owner_required
 @require_POST
 def payout(request):
-    from accounts import money
 
     form = PayoutForm(request.POST, auto_id="payout_%s")
     if form.is_valid():

@@ -18,6 +18,7 @@ from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
 from accounts.services import schedules_advance
 from market import chains, sealing
 from market.models import Attribute, Chain, Dataset, Value
+from market import oneshot_specs
 
 pytestmark = pytest.mark.django_db
 
@@ -212,12 +213,12 @@ def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
         attr = Attribute.objects.get(dataset__title=title)
         assert attr.is_oneshot and attr.values.count() == n
         assert not Chain.objects.filter(value__attribute=attr).exists()
-        spec = oneshot.parse_spec(attr, **requests[title])
+        spec = oneshot_specs.parse_spec(attr, **requests[title])
         purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attr, spec=spec, cohort=None,
                                             idempotency_key=f"demo-{attr.id}")
         purchase = oneshot.oneshot_execute(purchase_id=purchase.id, rng=np.random.default_rng(attr.id))
         assert (purchase.status, purchase.included) == ("completed", n)
-    spec = oneshot.parse_spec(attribute("Binary experiment"), epsilon="0.5", mechanism="warner")
+    spec = oneshot_specs.parse_spec(attribute("Binary experiment"), epsilon="0.5", mechanism="warner")
     survey, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute("Binary experiment"), spec=spec, cohort=None,
                                       idempotency_key="demo-survey")
     survey = oneshot.oneshot_execute(purchase_id=survey.id, rng=np.random.default_rng(0))

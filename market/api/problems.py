@@ -1,7 +1,7 @@
 """The errors the buyer API raises itself, each with its own status, problem type and title (docs/errors.md).
 
-The service's own errors (``market.purchases.PurchaseError`` and the rest) are
-raised by the services and declared where they are defined; these are the
+The service's own errors (``PurchaseError`` and the rest) are declared in
+``ldpmarket.problems``, the one module of domain errors; these are the
 conditions only the API checks.
 """
 from __future__ import annotations
@@ -23,18 +23,6 @@ class NothingToSell(Problem):
     status = 400
     slug = "nothing-to-sell"
     title = "Nothing to sell at this epsilon"
-
-
-class IdempotencyKeyRequired(Problem):
-    status = 400
-    slug = "idempotency-key-required"
-    title = "Idempotency-Key required"
-
-
-class IdempotencyKeyInvalid(Problem):
-    status = 400
-    slug = "idempotency-key-invalid"
-    title = "Invalid Idempotency-Key"
 
 
 class InFlight(Problem):

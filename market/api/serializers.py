@@ -17,8 +17,10 @@ from rest_framework import serializers
 from accounts import roles
 from accounts.epsilon import MAX_SALE_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import LedgerEntry
-from market import oneshot
+from ldpmarket.problems import ParameterError
+from market import oneshot_specs
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase
+from market.selectors import progress_get
 
 BIGINT_MAX = 2 ** 63 - 1
 COHORT_MAX = 32767
@@ -95,21 +97,6 @@ def epsilon_out(**kwargs) -> serializers.DecimalField:
 
 def money_out(**kwargs) -> serializers.DecimalField:
     return serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True, **kwargs)
-
-
-# ------------------------------------------------------------------------------------------------ problems
-
-class ProblemSerializer(serializers.Serializer):
-    """An error, RFC 9457 ``application/problem+json``."""
-
-    type = serializers.CharField(help_text="A URI identifying the kind of problem (about:blank: see the status).")
-    title = serializers.CharField(help_text="A short summary of the kind of problem.")
-    status = serializers.IntegerField(help_text="The HTTP status code.")
-    detail = serializers.CharField(help_text="What went wrong with this request, in plain words.")
-    instance = serializers.CharField(required=False, help_text="The request path.")
-    errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()), required=False,
-        help_text="For invalid input: the messages for each field (non_field_errors: for the request as a whole).")
 
 
 # ------------------------------------------------------------------------------------------------- catalog
@@ -219,7 +206,7 @@ def check_cohort(attrs: dict) -> dict:
 
 
 def _family_field():
-    return serializers.ChoiceField(choices=[(f, f) for f in oneshot.RR3_FAMILIES], required=False,
+    return serializers.ChoiceField(choices=[(f, f) for f in oneshot_specs.RR3_FAMILIES], required=False,
                                    help_text="RR3 attributes: ewrr3 (epsilon; p* = e^eps/(e^eps+2)) or rr3_ddagger "
                                              "(eps1, eps2). Default: ewrr3, or rr3_ddagger when eps1/eps2 are given.")
 
@@ -238,8 +225,8 @@ def check_spec(attrs: dict, *, survey: bool = False) -> dict:
     attrs = check_cohort(attrs)
     params = {k: attrs.get(k) for k in MECHANISM_PARAMETERS}
     try:
-        spec = oneshot.parse_spec(attrs["attribute"], epsilon=attrs.get("epsilon"), **params)
-    except oneshot.ParameterError as exc:
+        spec = oneshot_specs.parse_spec(attrs["attribute"], epsilon=attrs.get("epsilon"), **params)
+    except ParameterError as exc:
         raise serializers.ValidationError({exc.field: [str(exc)]}) from None
     if survey and (spec is None or not spec.is_survey):  # pragma: no cover - the mechanism field is required
         raise serializers.ValidationError({"mechanism": ["Choose a survey mechanism."]})
@@ -499,7 +486,7 @@ class PurchaseSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.STR)
     def get_guarantee_label(self, obj):
-        return oneshot.guarantee_label(chain_release(obj.mechanism, obj.guarantee, obj.charged_epsilon,
+        return oneshot_specs.guarantee_label(chain_release(obj.mechanism, obj.guarantee, obj.charged_epsilon,
                                                      obj.epsilon)[0])
 
     def to_representation(self, instance):
@@ -520,7 +507,6 @@ class PurchaseSerializer(serializers.ModelSerializer):
     def get_progress(self, obj):
         if obj.status in (Purchase.Status.COMPLETED, Purchase.Status.FAILED):
             return None
-        from market.selectors import progress_get
 
         return progress_get(obj.id) or {"processed": 0, "total": 0}
 

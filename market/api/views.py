@@ -26,7 +26,6 @@ import base64
 import binascii
 import csv
 import io
-import re
 
 import numpy as np
 from django import forms
@@ -36,69 +35,35 @@ from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema,
-                                   extend_schema_field, extend_schema_view)
-from rest_framework import mixins, permissions, renderers, serializers as drf_serializers, viewsets
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
+from rest_framework import mixins, permissions, renderers, viewsets
+from rest_framework import serializers as drf_serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from accounts import roles
 from ldpmarket import jobs
-from ldpmarket.api import AnonThrottle, PurchaseThrottle, QuoteThrottle, UserThrottle, problem_attributes, problem_type
-from market import domain, oneshot, selectors
+from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, IdempotencyKeyRequired, PurchaseThrottle,
+                           QuoteThrottle, UserThrottle)
+from ldpmarket.openapi import problems
+from ldpmarket.problems import (IdempotencyConflict, InsufficientCredit, ParameterError, PriceChanged, PurchaseConflict,
+                                PurchaseError, TooFewRespondents)
+from market import domain, oneshot, oneshot_specs, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
 from market.pseudonyms import pseudonyms
-from market.purchases import (IdempotencyConflict, InsufficientCredit, PriceChanged, PurchaseConflict, PurchaseError,
-                              fingerprint, purchase_claim, purchase_fail)
+from market.purchases import fingerprint, purchase_claim, purchase_fail
 
 from . import serializers as s
-from .problems import (IdempotencyKeyInvalid, IdempotencyKeyRequired, InFlight, NoOutputs, NothingToSell, NotForSale,
-                       PurchaseNotCompleted)
+from .problems import InFlight, NoOutputs, NotForSale, NothingToSell, PurchaseNotCompleted
 
-PROBLEM = "application/problem+json"
-DESCRIPTIONS = {
-    400: f"Invalid input (type `{problem_type('invalid-input')}`: the problem's `errors` say which field and why), "
-         f"or a malformed body (`{problem_type('malformed-request')}`).",
-    401: "Not authenticated: send `Authorization: Token <token>` (POST /api/v1/auth/token/) or sign in.",
-    402: "Insufficient credit.",
-    403: "Your role may not do this.",
-    404: "No such object (or not yours).",
-    406: "The requested format is not available.",
-    409: "Conflict with the current state: the Idempotency-Key was used for a different body or is still in flight; "
-         "the price went up since the quote; or the attribute is not for sale.",
-    429: "Too many requests: see Retry-After.",
-    503: "Temporarily unavailable (a concurrent change): retry after the seconds in Retry-After.",
-}
-
-
-def problems(*items, **descriptions: str) -> dict:
-    """Schema responses (``application/problem+json``) for the given statuses and error classes.
-
-    An ``int`` documents a status with its generic description (``d409="..."`` overrides it); an error class
-    (``market.purchases.PriceChanged``, an ``ldpmarket.api.Problem``) adds its status, and its type is listed in
-    that status's description with an example, so that clients can see every type an operation may return.
-    """
-    kinds: dict[int, list[tuple[str, str]]] = {}
-    for item in items:
-        if isinstance(item, int):
-            kinds.setdefault(item, [])
-        else:
-            status, slug, title = problem_attributes(item)
-            kinds.setdefault(status, []).append((slug, title))
-    responses = {}
-    for code, types in sorted(kinds.items()):
-        description = descriptions.get(f"d{code}", DESCRIPTIONS[code])
-        if types:
-            description += " Problem types: " + "; ".join(f"`{problem_type(slug)}` ({title})" for slug, title in types)
-        examples = [OpenApiExample(slug, summary=title, value={"type": problem_type(slug), "title": title,
-                                                               "status": code, "detail": f"{title}: ..."})
-                    for slug, title in types]
-        responses[(code, PROBLEM)] = OpenApiResponse(s.ProblemSerializer, description=description, examples=examples)
-    return responses
-
-
-# ------------------------------------------------------------------------------------------------- roles
 
 class IsBuyer(permissions.IsAuthenticated):
     message = "Only buyers can ask for quotes and make purchases."
@@ -232,7 +197,7 @@ def _quote_payload(q: selectors.Quote) -> dict:
     guarantee, charged = s.chain_release(q.mechanism, q.guarantee, q.charged_epsilon, q.epsilon)
     return {
         "mechanism": q.mechanism, "charged_epsilon": charged, "guarantee": guarantee,
-        "guarantee_label": oneshot.guarantee_label(guarantee), "parameters": q.parameters,
+        "guarantee_label": oneshot_specs.guarantee_label(guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
         "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget, "paused": q.excluded_paused,
@@ -307,7 +272,6 @@ class CSVRenderer(renderers.BaseRenderer):
         return b""
 
 
-KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True, pattern=KEY_RE.pattern,
     description="A unique key per intended purchase (1-255 visible ASCII characters, e.g. a UUID). Sending the "
@@ -315,7 +279,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
 #: What creating a purchase or a survey may answer besides 401, 403 and 429.
 CREATE_PROBLEMS = (400, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
-                   oneshot.ParameterError, oneshot.TooFewRespondents, InsufficientCredit, IdempotencyConflict,
+                   ParameterError, TooFewRespondents, InsufficientCredit, IdempotencyConflict,
                    PriceChanged, InFlight, NotForSale, PurchaseConflict)
 
 
@@ -412,9 +376,9 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             what, where = ("a survey", "/api/v1/surveys/") if survey else ("a purchase", "/api/v1/purchases/")
             raise drf_serializers.ValidationError({"quote": [f"This quote is for {what}: send it to POST {where}."]})
         try:
-            spec = oneshot.parse_spec(attribute, epsilon=q["epsilon"], mechanism=q["mechanism"] if survey else None,
-                                      **{k: q["parameters"].get(k) for k in oneshot.PARAMETERS})
-        except oneshot.ParameterError as exc:
+            spec = oneshot_specs.parse_spec(attribute, epsilon=q["epsilon"], mechanism=q["mechanism"] if survey else None,
+                                      **{k: q["parameters"].get(k) for k in oneshot_specs.PARAMETERS})
+        except ParameterError as exc:
             message = f"The quoted request is no longer valid: {exc}"
             raise drf_serializers.ValidationError({"quote": [message]}) from None
         if spec is None and q["epsilon"] is None:
@@ -597,7 +561,6 @@ def _page_size(raw) -> int:
 
 
 def _page_link(request, offset: int, size: int) -> str:
-    from rest_framework.utils.urls import remove_query_param, replace_query_param
 
     url = request.build_absolute_uri()
     url = replace_query_param(url, "page_size", size)

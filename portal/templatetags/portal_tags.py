@@ -5,6 +5,11 @@ from decimal import Decimal
 
 from django import template
 
+from accounts import roles
+from accounts.models import User
+from ldpmarket.money import currency as currency_setting
+from ldpmarket.money import format_money
+
 register = template.Library()
 
 
@@ -20,7 +25,6 @@ def eps(value) -> str:
 @register.filter
 def money(value) -> str:
     """``Decimal("0.0040")`` -> ``0.004 EUR``: at least 2 places, and the currency (``ldpmarket.money``)."""
-    from ldpmarket.money import format_money
 
     return format_money(value)
 
@@ -28,9 +32,8 @@ def money(value) -> str:
 @register.simple_tag
 def currency() -> str:
     """The currency every amount is in (setting LDP_CURRENCY; docs/money.md)."""
-    from ldpmarket.money import currency as setting
 
-    return setting()
+    return currency_setting()
 
 
 #: The money engineer's name for the same filter: an amount with its currency (``ldpmarket.money``).
@@ -40,7 +43,6 @@ with_currency = register.filter("with_currency", money)
 @register.filter
 def uses_portal(user) -> bool:
     """Whether ``user`` may use the owner portal (``accounts.roles.can_use_portal``)."""
-    from accounts import roles
 
     return roles.can_use_portal(user)
 
@@ -48,8 +50,6 @@ def uses_portal(user) -> bool:
 @register.filter
 def role_name(user) -> str:
     """The role ``user`` acts with, in words with its article: "an auditor", "a staff" (superusers: staff)."""
-    from accounts import roles
-    from accounts.models import User
 
     role = roles.role_of(user)
     label = User.Role(role).label.lower() if role else "inactive"

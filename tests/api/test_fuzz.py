@@ -36,12 +36,13 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
 
 from market import oneshot, selectors
 from market.models import Value
-from market.api.views import KEY_RE
+from ldpmarket.api import KEY_RE
 from market.purchases import purchase_claim, purchase_execute
 from tests.api.conftest import LABELS, POLICY, contribute, fund
 from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory, DatasetFactory,
                              GraphAttributeFactory, NumericAttributeFactory, StringAttributeFactory,
                              UrrAttributeFactory)
+from market import oneshot_specs
 
 # One test item (schemathesis runs each operation as a subtest of it); a hard time limit if the machine crawls.
 pytestmark = [pytest.mark.django_db(transaction=True, reset_sequences=True), pytest.mark.timeout(600)]
@@ -115,7 +116,7 @@ def world(settings, request):
     for attribute, request in [(urr, {"epsilon": "1"}), (graph, {"eps1": "1", "eps2": "1"}),
                                (binary_surveys, {"mechanism": "improved_christofides", "epsilon": "1", "p2": "0.1"}),
                                (binary_surveys, {"mechanism": "warner", "epsilon": "1"})]:
-        spec = oneshot.parse_spec(attribute, **request)
+        spec = oneshot_specs.parse_spec(attribute, **request)
         claimed, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                            idempotency_key=uuid.uuid4().hex)
         purchases.append(oneshot.oneshot_execute(purchase_id=claimed.id))
@@ -127,7 +128,7 @@ def world(settings, request):
     # (the generated bodies' favourite attribute id, 1, is the categorical one: Celery, 202; most quotes are for
     # attributes sold in the request, 201, so both paths are reached)
     quotes += [selectors.oneshot_quote(buyer_id=buyer.id, attribute=attribute, cohort=None,
-                                       spec=oneshot.parse_spec(attribute, **request),
+                                       spec=oneshot_specs.parse_spec(attribute, **request),
                                        policy=selectors.price_policy_or_none(attribute)).token
                for attribute, request in [(urr, {"epsilon": "0.5"}), (graph, {"eps1": "0.5", "eps2": "1"}),
                                           (binary_surveys, {"mechanism": "simmons", "epsilon": "1", "pi_b": "0.3"})]]

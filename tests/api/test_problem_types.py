@@ -17,27 +17,28 @@ from django.core.management import call_command
 from django.test import Client
 
 from tests.api.conftest import PROBLEM, assert_problem, buy, client_for
+from ldpmarket import problems
 
 pytestmark = pytest.mark.django_db
 
 TAG = "tag:ldpmarket,2025:problems/"
-PACKAGES = ("accounts", "market", "portal", "ldpmarket")
+PACKAGES = ("accounts", "market", "audit", "portal", "ldpmarket")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 #: Errors the API never returns as such (it checks first and answers with another type, or they belong to the
 #: portal, the admin or the commands), so the OpenAPI schema does not list them; docs/errors.md does.
 NOT_FROM_THE_API = {
-    "accounts.services.BudgetError": "the owner portal",
-    "accounts.roles.RoleError": "grant_role, called by operators",
-    "market.domain.InvalidValue": "contributing a value (the portal)",
-    "market.domain.InvalidAttribute": "turned into invalid-parameter by market.oneshot.parse_spec",
-    "market.selectors.QuoteInvalid": "turned into invalid-input on the field quote",
-    "market.pricing.PolicyError": "turned into not-for-sale",
-    "market.sealing.SealBroken": "a fault (500), logged",
-    "ldpmarket.pgbinary.CopyFormatError": "a fault (500), logged",
+    "ldpmarket.problems.BudgetError": "the owner portal",
+    "ldpmarket.problems.RoleError": "grant_role, called by operators",
+    "ldpmarket.problems.InvalidValue": "contributing a value (the portal)",
+    "ldpmarket.problems.InvalidAttribute": "turned into invalid-parameter by market.oneshot.parse_spec",
+    "ldpmarket.problems.QuoteInvalid": "turned into invalid-input on the field quote",
+    "ldpmarket.problems.PolicyError": "turned into not-for-sale",
+    "ldpmarket.problems.SealBroken": "a fault (500), logged",
+    "ldpmarket.problems.CopyFormatError": "a fault (500), logged",
     "ldpmarket.api.TrailingSlashRequired": "the middleware, for paths that are no operation",
-    "accounts.epsilon.EpsilonError": "sent as invalid-input, the generic type of invalid fields",
-    "accounts.money.MoneyError": "sent as invalid-input on the field amount",
-    "accounts.money.PayoutRefused": "the owner portal, the admin and settle_payouts",
+    "ldpmarket.problems.EpsilonError": "sent as invalid-input, the generic type of invalid fields",
+    "ldpmarket.problems.MoneyError": "sent as invalid-input on the field amount",
+    "ldpmarket.problems.PayoutRefused": "the owner portal, the admin and settle_payouts",
 }
 
 
@@ -71,8 +72,8 @@ def declared(cls) -> tuple[int, str, str]:
 def test_every_error_class_declares_its_own_status_type_and_title():
     classes = concrete()
     # the enumeration finds the errors of every layer (a broken walk would make the rest vacuous)
-    assert {"market.purchases.PriceChanged", "market.purchases.PurchaseConflict", "market.oneshot.ParameterError",
-            "accounts.services.BudgetError", "market.api.problems.NotForSale"} <= set(classes)
+    assert {"ldpmarket.problems.PriceChanged", "ldpmarket.problems.PurchaseConflict", "ldpmarket.problems.ParameterError",
+            "ldpmarket.problems.BudgetError", "market.api.problems.NotForSale"} <= set(classes)
     types = {}
     for name, cls in sorted(classes.items()):
         status, slug, title = declared(cls)
@@ -84,7 +85,7 @@ def test_every_error_class_declares_its_own_status_type_and_title():
             assert getattr(cls, "retry_after", None), f"{name} is a 503 without retry_after"
     shared = {slug: names for slug, names in types.items() if len(names) > 1}
     assert not shared, f"problem types shared by several errors: {shared}"
-    assert "invalid-input" not in {declared(c)[1] for n, c in classes.items() if n != "accounts.epsilon.EpsilonError"}
+    assert "invalid-input" not in {declared(c)[1] for n, c in classes.items() if n != "ldpmarket.problems.EpsilonError"}
 
 
 def test_every_type_is_documented_and_every_type_the_api_returns_is_in_the_schema(tmp_path):
@@ -163,7 +164,7 @@ def test_an_invalid_parameter_found_by_the_purchase_names_its_field(api, categor
     from market import oneshot
 
     def invalid(**kwargs):
-        raise oneshot.ParameterError("eps2", "eps2 must be a number in (0, 700]")
+        raise problems.ParameterError("eps2", "eps2 must be a number in (0, 700]")
 
     monkeypatch.setattr(oneshot, "execute", invalid)
     body = assert_problem(buy(api, categorical.id, "1"), 400)

@@ -12,6 +12,7 @@ from market.purchases import purchase_claim
 from market.tasks import run_purchase
 from tests.api.conftest import credit, fund
 from tests.factories import BuyerFactory
+from market import eligible
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +56,7 @@ def test_database_errors_are_retried_then_recorded(buyer, categorical, monkeypat
         calls.append(1)
         raise OperationalError("connection lost")
 
-    monkeypatch.setattr("market.purchases.purchase_execute", flaky)
+    monkeypatch.setattr("market.oneshot.purchase_execute", flaky)  # what oneshot.execute runs for chains
     monkeypatch.setitem(run_purchase.app.conf, "task_eager_propagates", False)  # let eager retries chain
     result = run_purchase.apply(args=[purchase.id])
     assert isinstance(result.result, OperationalError)
@@ -65,7 +66,7 @@ def test_database_errors_are_retried_then_recorded(buyer, categorical, monkeypat
 
 
 def test_eligible_count_agrees_with_the_purchase_rules(categorical):
-    """The SQL count that sizes a purchase equals ``purchases.candidates(...).eligible`` at every epsilon."""
+    """The SQL count that sizes a purchase equals ``eligible.candidates(...).eligible`` at every epsilon."""
     from django.utils import timezone
 
     from accounts.epsilon import to_micro

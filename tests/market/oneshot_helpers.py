@@ -9,6 +9,7 @@ from market import oneshot
 from market.models import Purchase
 from market.pricing import DEFAULT_POLICY
 from tests.factories import BuyerFactory, contribute, fund
+from market import oneshot_specs
 
 POLICY = DEFAULT_POLICY
 
@@ -26,7 +27,7 @@ def values(attribute, raws, *, ceiling="5", seed=0, prefix=None):
 
 def run(buyer, attribute, *, rng=None, key=None, cohort=None, max_price=None, **request) -> Purchase:
     """Claim and execute a one-shot purchase or survey through the services."""
-    spec = oneshot.parse_spec(attribute, **request)
+    spec = oneshot_specs.parse_spec(attribute, **request)
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=cohort,
                                         idempotency_key=key or uuid.uuid4().hex)
     return oneshot.oneshot_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)

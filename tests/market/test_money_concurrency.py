@@ -20,6 +20,7 @@ from audit.budget_audit import audit_budgets
 from market import purchases
 from market.models import Purchase
 from tests.market.test_purchase_concurrency import market_setup, run_concurrently  # noqa: F401 (fixture)
+from ldpmarket import problems
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +41,7 @@ def test_topups_payouts_and_purchases_at_once_keep_every_cent(market_setup):  # 
                                                 idempotency_key=f"{buyer.id}-{j}")
                 try:
                     purchases.purchase_execute(purchase_id=p.id)
-                except purchases.InsufficientCredit:
+                except problems.InsufficientCredit:
                     pass
 
         def topper(buyer=buyer, k=k):

@@ -23,13 +23,16 @@ from market import domain, oneshot, sealing
 from market.domain import InvalidValue
 from market.models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
-from market.purchases import IdempotencyConflict, InsufficientCredit, purchase_claim, purchase_execute
+from market.purchases import purchase_claim, purchase_execute
+from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
 from market.services import chains_extend, value_delete_raw, value_set_pum_tag, values_create_many
 from mechanisms import exactness_oneshot, rr3, surveys
 from tests.factories import (BinaryAttributeFactory, DatasetFactory, DistributionAttributeFactory,
                              GraphAttributeFactory, OwnerFactory, TernaryAttributeFactory, UrapAttributeFactory,
                              UrrAttributeFactory, make_owners)
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
+from ldpmarket import problems
+from market import oneshot_specs
 
 pytestmark = pytest.mark.django_db
 
@@ -155,8 +158,8 @@ def test_misconfigured_attributes_take_no_values_and_are_explained(fields, messa
     with pytest.raises(InvalidValue, match=message):
         values_create_many(attribute=attribute, owners=make_owners(1, f"mis{attribute.id}"), raws=["x"],
                            ceiling="1")
-    with pytest.raises(oneshot.ParameterError, match=message):
-        oneshot.parse_spec(attribute, epsilon="1", eps1="1", eps2="1")
+    with pytest.raises(problems.ParameterError, match=message):
+        oneshot_specs.parse_spec(attribute, epsilon="1", eps1="1", eps2="1")
 
 
 # -------------------------------------------------------------------------------------------------------- PUM
@@ -233,8 +236,8 @@ def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exa
     """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp: (1, 1) is
     1.37988549..., so 1.379886; (1, 2) is 2.0, not the paper's 1.5662)."""
     ternary, graph = TernaryAttributeFactory(), GraphAttributeFactory()
-    a = oneshot.parse_spec(ternary, family="rr3_ddagger", eps1=eps1, eps2=eps2)
-    b = oneshot.parse_spec(graph, eps1=eps1, eps2=eps2)
+    a = oneshot_specs.parse_spec(ternary, family="rr3_ddagger", eps1=eps1, eps2=eps2)
+    b = oneshot_specs.parse_spec(graph, eps1=eps1, eps2=eps2)
     assert a.charged == b.charged and a.purchase_epsilon == a.charged and a.epsilon is None
     level = rr3.lpp_epsilon(float(eps1), float(eps2))
     if float(eps1) < 30:  # the float matrix saturates beyond
@@ -249,9 +252,9 @@ def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exa
 
 
 def test_ewrr3_is_charged_exactly_epsilon():
-    spec = oneshot.parse_spec(TernaryAttributeFactory(), epsilon="0.7")
+    spec = oneshot_specs.parse_spec(TernaryAttributeFactory(), epsilon="0.7")
     assert spec.charged == D("0.7") and spec.parameters == {"family": "ewrr3"}
-    assert abs(rr3.ldp_epsilon(oneshot.rr3_matrix(spec)) - 0.7) < 1e-12
+    assert abs(rr3.ldp_epsilon(oneshot_specs.rr3_matrix(spec)) - 0.7) < 1e-12
 
 
 def test_an_lpp_purchase_charges_the_rounded_up_level_everywhere():
@@ -296,7 +299,7 @@ def test_chain_and_oneshot_losses_combine_against_the_ceiling():
     buyer = funded_buyer()
     chain, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon="0.6", cohort=None, idempotency_key="c1")
     assert purchase_execute(purchase_id=chain.id).included == 20
-    with pytest.raises(oneshot.TooFewRespondents):  # 0.6 + 0.5 > 1: nobody can answer
+    with pytest.raises(problems.TooFewRespondents):  # 0.6 + 0.5 > 1: nobody can answer
         run(buyer, attribute, mechanism="warner", epsilon="0.5")
     survey = run(buyer, attribute, mechanism="warner", epsilon="0.4", rng=np.random.default_rng(0))
     assert survey.included == 20 and survey.charged_epsilon == D("0.4")
@@ -355,7 +358,7 @@ def test_a_buyer_short_of_credit_gets_nothing_and_is_charged_nothing():
     attribute = UrrAttributeFactory(price_policy=POLICY)
     values(attribute, ["a"] * 50, ceiling="2")
     buyer = funded_buyer("0.01")
-    spec = oneshot.parse_spec(attribute, epsilon="1")
+    spec = oneshot_specs.parse_spec(attribute, epsilon="1")
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None, idempotency_key="k")
     with pytest.raises(InsufficientCredit):
         oneshot.oneshot_execute(purchase_id=purchase.id)
@@ -368,14 +371,14 @@ def test_claims_are_idempotent_and_a_completed_purchase_is_returned_as_it_is():
     attribute = GraphAttributeFactory(price_policy=POLICY)
     values(attribute, [{"0": 1}] * 3, ceiling="5")
     buyer = funded_buyer()
-    spec = oneshot.parse_spec(attribute, eps1="1", eps2="1")
+    spec = oneshot_specs.parse_spec(attribute, eps1="1", eps2="1")
     first, created = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                            idempotency_key="same")
     again, created_again = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                                  idempotency_key="same")
     assert created and not created_again and first.id == again.id
     with pytest.raises(IdempotencyConflict):
-        oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=oneshot.parse_spec(attribute, eps1="1", eps2="2"),
+        oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=oneshot_specs.parse_spec(attribute, eps1="1", eps2="2"),
                               cohort=None, idempotency_key="same")
     done = oneshot.oneshot_execute(purchase_id=first.id, rng=np.random.default_rng(0))
     entries = LedgerEntry.objects.count()
@@ -413,7 +416,7 @@ def test_improved_christofides_charges_its_deck_and_records_the_distinct_guarant
     counts = surveys.ic_deck_counts(100, 1.0, 0.1)
     assert p.parameters == {"p2": "0.100000", "deck": counts.tolist()}
     level = math.log(counts[2] / counts[0])
-    assert p.charged_epsilon == oneshot.ceil6(D(repr(level))) == D("0.955512") and p.charged_epsilon <= D("1")
+    assert p.charged_epsilon == oneshot_specs.ceil6(D(repr(level))) == D("0.955512") and p.charged_epsilon <= D("1")
     assert p.guarantee == "per_report_non_collusion" and p.epsilon == D("1")
     assert p.result["guarantee_label"] == "per-report eps, non-collusion assumption"
     assert set(LedgerEntry.objects.filter(purchase=p).values_list("epsilon", "guarantee")) == {
@@ -428,13 +431,13 @@ def test_ic_deck_level_is_checked_exactly():
     for n in (10, 57, 100, 1000, 12345):
         for eps in ("0.1", "0.5", "1", "2.5"):
             try:
-                counts = oneshot.ic_deck(n, D(eps), 0.05)
-            except oneshot.TooFewRespondents:
+                counts = oneshot_specs.ic_deck(n, D(eps), 0.05)
+            except problems.TooFewRespondents:
                 continue
             assert counts.sum() == n and counts[2] > counts[0] >= 1
-            assert oneshot.deck_level(counts) <= D(eps)
-    with pytest.raises(oneshot.TooFewRespondents, match="needs more respondents"):
-        oneshot.ic_deck(3, D("0.1"), 0.1)
+            assert oneshot_specs.deck_level(counts) <= D(eps)
+    with pytest.raises(problems.TooFewRespondents, match="needs more respondents"):
+        oneshot_specs.ic_deck(3, D("0.1"), 0.1)
 
 
 @pytest.mark.parametrize("request_, field", [
@@ -450,14 +453,14 @@ def test_ic_deck_level_is_checked_exactly():
     ({"mechanism": "telepathy", "epsilon": "1"}, "mechanism"),
 ])
 def test_survey_parameters_are_checked(request_, field):
-    with pytest.raises(oneshot.ParameterError) as exc:
-        oneshot.parse_spec(BinaryAttributeFactory(), **request_)
+    with pytest.raises(problems.ParameterError) as exc:
+        oneshot_specs.parse_spec(BinaryAttributeFactory(), **request_)
     assert exc.value.field == field and str(exc.value)
 
 
 def test_surveys_need_a_binary_attribute_and_oneshot_parameters_fit_their_mechanism():
-    with pytest.raises(oneshot.ParameterError, match="choose a binary attribute"):
-        oneshot.parse_spec(UrrAttributeFactory(), mechanism="warner", epsilon="1")
+    with pytest.raises(problems.ParameterError, match="choose a binary attribute"):
+        oneshot_specs.parse_spec(UrrAttributeFactory(), mechanism="warner", epsilon="1")
     cases = [(UrrAttributeFactory(), {"epsilon": "1", "theta": "0.5"}, "theta"),
              (UrapAttributeFactory(), {"epsilon": "1", "theta": "1"}, "theta"),
              (TernaryAttributeFactory(), {"family": "rr3_ddagger", "epsilon": "1"}, "epsilon"),
@@ -468,10 +471,10 @@ def test_surveys_need_a_binary_attribute_and_oneshot_parameters_fit_their_mechan
              (BinaryAttributeFactory(), {"epsilon": "1", "eps1": "1"}, "eps1"),
              (DistributionAttributeFactory(), {}, "epsilon")]
     for attribute, request_, field in cases:
-        with pytest.raises(oneshot.ParameterError) as exc:
-            oneshot.parse_spec(attribute, **request_)
+        with pytest.raises(problems.ParameterError) as exc:
+            oneshot_specs.parse_spec(attribute, **request_)
         assert exc.value.field == field, (attribute.mechanism, request_, exc.value)
-    assert oneshot.parse_spec(BinaryAttributeFactory(), epsilon="1") is None  # a chain purchase
+    assert oneshot_specs.parse_spec(BinaryAttributeFactory(), epsilon="1") is None  # a chain purchase
 
 
 @pytest.mark.parametrize("factory, request_, field", [
@@ -489,12 +492,12 @@ def test_an_epsilon_the_sampler_cannot_honour_is_refused_naming_the_limit(factor
     """Above the service's limit, 30 (below every one-shot sampler's own limit, docs/mechanisms.md), the request
     is a 400 naming it, where before the sampler silently released a different (noisier or deterministic)
     mechanism; at 30 it is accepted."""
-    with pytest.raises(oneshot.ParameterError, match="at most 30") as exc:
-        oneshot.parse_spec(factory(), **request_)
+    with pytest.raises(problems.ParameterError, match="at most 30") as exc:
+        oneshot_specs.parse_spec(factory(), **request_)
     assert exc.value.field == field and "docs/mechanisms.md" in str(exc.value)
     below = {k: ("1" if k != field and k in ("eps1", "eps2") else v) for k, v in request_.items()}
     below[field] = "30"
-    assert oneshot.parse_spec(factory(), **below) is not None
+    assert oneshot_specs.parse_spec(factory(), **below) is not None
 
 
 def test_guarantee_labels_are_part_of_the_hashed_ledger_row():
@@ -543,7 +546,7 @@ def test_the_database_keeps_guarantees_on_releases_and_purchases_consistent():
         LedgerEntry.objects.create(kind="oneshot_release", epsilon=D("0.5"), oneshot_loss_after=D("0.5"),
                                    guarantee="", **base)
     assert connection.vendor in ("postgresql", "sqlite")
-    assert json.dumps(oneshot.GUARANTEE_LABELS[oneshot.G.PER_REPORT]) == '"per-report eps, non-collusion assumption"'
+    assert json.dumps(oneshot_specs.GUARANTEE_LABELS[oneshot_specs.G.PER_REPORT]) == '"per-report eps, non-collusion assumption"'
     assert OwnerFactory().role == "owner"
 
 
@@ -574,7 +577,7 @@ def test_the_linear_terms_behind_estimates_and_quotes_match_the_mechanisms(mecha
 
     factory = UrrAttributeFactory if mechanism == "urr" else UrapAttributeFactory
     attribute = factory()
-    spec = oneshot.parse_spec(attribute, epsilon="0.9", **({"theta": theta} if theta else {}))
+    spec = oneshot_specs.parse_spec(attribute, epsilon="0.9", **({"theta": theta} if theta else {}))
     a, b = oneshot_stats._linear_terms(attribute, spec)
     S = oneshot_stats.extended_sensitive(attribute)
     rng = np.random.default_rng(3)
@@ -600,7 +603,7 @@ def test_lpp_quotes_predict_per_item_errors_with_a_worst_case_above_every_popula
     from market import oneshot_stats
 
     attribute = GraphAttributeFactory()  # num_items items
-    spec = oneshot.parse_spec(attribute, eps1="1.5", eps2="0.8")
+    spec = oneshot_specs.parse_spec(attribute, eps1="1.5", eps2="0.8")
     n, items = 5000, attribute.num_items
     p = oneshot_stats.predicted(attribute, spec, n)
     typical = np.sqrt(np.diag(rr3.lpp_item_covariance(np.full(3, 1 / 3), n, items, 1.5, 0.8)))
@@ -624,8 +627,8 @@ def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order
     attribute = factory(price_policy=POLICY)
     vs = values(attribute, raws * 4, ceiling="3")
     per_value = max(domain.payload_bytes(attribute), 8 * attribute.width)
-    monkeypatch.setattr(oneshot, "DRAW_BATCH_BYTES", 3 * per_value)  # three values per batch
-    drawn, real = [], oneshot.draw
+    monkeypatch.setattr(oneshot_specs, "DRAW_BATCH_BYTES", 3 * per_value)  # three values per batch
+    drawn, real = [], oneshot_specs.draw
 
     def spy(attribute_, spec, payload, rng=None):
         out = real(attribute_, spec, payload, rng)

@@ -23,6 +23,8 @@ from market import oneshot, purchases, services
 from market.models import Attribute, Dataset, Purchase
 from market.pricing import DEFAULT_POLICY
 from tests.market.test_purchase_concurrency import run_concurrently
+from ldpmarket import problems
+from market import oneshot_specs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -57,7 +59,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
     def oneshot_buyer(buyer, k):
         def job():
             for j, eps in enumerate(ONESHOT_EPSILONS[k:] + ONESHOT_EPSILONS[:k]):
-                spec = oneshot.parse_spec(urr, epsilon=eps)
+                spec = oneshot_specs.parse_spec(urr, epsilon=eps)
                 p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=urr, spec=spec, cohort=None,
                                              idempotency_key=f"u-{j}")
                 oneshot.oneshot_execute(purchase_id=p.id)
@@ -73,12 +75,12 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
                 else:
                     mech = ["warner", "improved_christofides", "christofides"][j]
                     extra = {"p2": "0.1"} if "christofides" in mech else {}
-                    spec = oneshot.parse_spec(binary, mechanism=mech, epsilon="0.3", **extra)
+                    spec = oneshot_specs.parse_spec(binary, mechanism=mech, epsilon="0.3", **extra)
                     p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=binary, spec=spec, cohort=None,
                                                  idempotency_key=f"s-{j}")
                     try:
                         oneshot.oneshot_execute(purchase_id=p.id)
-                    except oneshot.TooFewRespondents:
+                    except problems.TooFewRespondents:
                         pass
         return job
 
@@ -120,7 +122,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
 def test_concurrent_replays_of_one_oneshot_key_charge_once(setup):
     urr, _, buyers = setup
     buyer = buyers[0]
-    spec = oneshot.parse_spec(urr, epsilon="0.4")
+    spec = oneshot_specs.parse_spec(urr, epsilon="0.4")
     results = []
 
     def replay():

@@ -26,6 +26,7 @@ from tests.factories import (BinaryAttributeFactory, DistributionAttributeFactor
                              TernaryAttributeFactory, UrapAttributeFactory, UrrAttributeFactory)
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 from tests.market.stats import chi_square, power, table
+from market import oneshot_specs
 
 pytestmark = pytest.mark.django_db
 ALPHA = 1e-3  # with a fixed seed the outcome is fixed; the level sets how far off a law must be to fail
@@ -56,7 +57,7 @@ def test_urr_with_pum_outputs_follow_the_extended_matrix():
     purchase = run(funded_buyer(), attribute, epsilon="1", rng=np.random.default_rng(11))
     ids, out = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = oneshot._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = oneshot_specs._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [160, 160, 100, 160, 160, 60, 0]
     Q = uldp.urr_matrix(7, z.sensitive, eps)
     counts = table(z.values, out[:, 0], 7, 7)
@@ -82,7 +83,7 @@ def test_urap_bits_follow_their_bernoulli_laws():
     purchase = run(funded_buyer(), attribute, epsilon="1.2", rng=np.random.default_rng(12))
     ids, bits = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = oneshot._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = oneshot_specs._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [200, 200, 200, 160, 200, 0, 40]
     h, e = math.exp(eps / 2), math.exp(eps)  # Def. 4 (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum), independently of the service's helpers
     theta = h / (h + 1)
@@ -200,7 +201,7 @@ def test_survey_estimates_are_unbiased_and_their_variance_is_the_closed_form(mec
         assert p.included == N
         estimates.append(p.result["estimate"])
         reported.append(p.result["variance"])
-    spec = oneshot.parse_spec(attribute, mechanism=mechanism, epsilon="1", **extra)
+    spec = oneshot_specs.parse_spec(attribute, mechanism=mechanism, epsilon="1", **extra)
     from market.oneshot_stats import survey_variance
 
     var = survey_variance(spec, N, pi)  # the closed form at the true proportion
@@ -214,7 +215,7 @@ def test_survey_estimates_are_unbiased_and_their_variance_is_the_closed_form(mec
     # a biased estimator (off by one standard error of a single survey) would fail the mean check
     assert math.sqrt(var) > 4 * math.sqrt(var / R)
     if mechanism == "improved_christofides":
-        mc = surveys.christofides_variance(np.array([c / N for c in oneshot.ic_deck(N, Decimal(1), 0.1)]), N)
+        mc = surveys.christofides_variance(np.array([c / N for c in oneshot_specs.ic_deck(N, Decimal(1), 0.1)]), N)
         assert var < mc  # IC's advantage at pi = 0.3 (outside the no-advantage interval)
     assert eps == 1.0
     report = audit_budgets()

@@ -8,6 +8,7 @@ import pytest
 
 from market.pricing import DEFAULT_POLICY
 from tests.factories import PASSWORD, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, fund
+from market import oneshot_specs
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +90,7 @@ def oneshot_purchase(buyer, attribute, *, seed=0, **request):
     """
     from market import oneshot
 
-    spec = oneshot.parse_spec(attribute, **request)
+    spec = oneshot_specs.parse_spec(attribute, **request)
     p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                  idempotency_key=uuid.uuid4().hex)
     return oneshot.oneshot_execute(purchase_id=p.id, rng=np.random.default_rng(seed))

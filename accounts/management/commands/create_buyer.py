@@ -7,6 +7,7 @@ optionally a first top-up (docs/money.md).
 from __future__ import annotations
 
 import getpass
+import sys
 
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
@@ -61,6 +62,5 @@ class Command(BaseCommand):
 
     @staticmethod
     def stdin_isatty() -> bool:
-        import sys
 
         return sys.stdin.isatty()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.core.management.base import BaseCommand
@@ -162,7 +163,6 @@ class OneShotDemo:
 
 
 def _oneshot_demos() -> list[OneShotDemo]:
-    import numpy as np
 
     rng = np.random.default_rng(20250101)  # the demo's contents, fixed; no privacy noise is drawn here
     places = ["home area", "office district", "park", "clinic", "night club"]

@@ -1,0 +1,108 @@
+"""The layers of docs/architecture.md#layers hold: the import-linter contracts pass and name every module, no
+module reaches itself through imports, and an import inside a function says why it is there."""
+from __future__ import annotations
+
+import ast
+import configparser
+from pathlib import Path
+
+import grimp
+import pytest
+from importlinter.application.use_cases import lint_imports
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / ".importlinter"
+PACKAGES = ("mechanisms", "ldpmarket", "accounts", "market", "audit", "portal")
+#: Apps whose every module must sit in a layer of the layers contract (``ldpmarket`` and ``mechanisms`` have
+#: contracts of their own).
+LAYERED = ("accounts", "market", "audit", "portal")
+#: Modules outside the layers: Django's app configs and package markers.
+UNLAYERED_NAMES = ("apps", "__init__")
+
+
+def _source_files() -> list[Path]:
+    return [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if "migrations" not in p.parts]
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_the_import_linter_contracts_hold():
+    """Every contract of .importlinter (``make test`` also runs ``lint-imports``)."""
+    assert lint_imports(config_filename=str(CONFIG), cache_dir=None, no_logo=True)
+
+
+def test_every_module_of_the_apps_is_in_a_layer():
+    """A module the layers contract does not name would be checked by nothing: each is named, or a package
+    that holds it is."""
+    parser = configparser.ConfigParser()
+    parser.read(CONFIG)
+    layers = parser["importlinter:contract:layers"]["layers"]
+    named = {m.strip() for line in layers.splitlines() for m in line.replace("|", ":").split(":") if m.strip()}
+    missing = []
+    for path in _source_files():
+        module = _module(path)
+        if module.split(".")[0] not in LAYERED or module.rsplit(".", 1)[-1] in UNLAYERED_NAMES:
+            continue
+        parts = module.split(".")
+        if not any(".".join(parts[:i]) in named for i in range(1, len(parts) + 1)):
+            missing.append(module)
+    assert not missing, f"modules in no layer of .importlinter: {missing}"
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*PACKAGES, cache_dir=None)
+
+
+def test_no_module_imports_itself_through_others(graph):
+    """For every direct import a -> b, no chain of imports leads from b back to a (imports inside functions
+    count too): the module graph has no cycle."""
+    cycles = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            if importer.startswith(imported + ".") or imported.startswith(importer + "."):
+                continue  # a package and its own submodules
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back:
+                cycles.append(" -> ".join((importer, *back)))
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _bare_function_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """Imports inside a function with no comment on their line or on the lines just above their group."""
+    lines = path.read_text().splitlines()
+    bare = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for sub in ast.walk(node):
+            if not isinstance(sub, (ast.Import, ast.ImportFrom)):
+                continue
+            i = sub.lineno - 1
+            if "#" in lines[i]:
+                continue
+            j = i - 1  # walk up over the imports of the same group (and blank lines) to the comment above
+            while j >= 0 and (lines[j].strip().startswith(("from ", "import ")) or not lines[j].strip()
+                              or lines[j].rstrip().endswith((",", "(")) or lines[j].strip().endswith(")")):
+                if "#" in lines[j]:
+                    break
+                j -= 1
+            if j < 0 or "#" not in lines[j]:
+                bare.append(f"{path.relative_to(root)}:{sub.lineno}: {lines[i].strip()}")
+    return bare
+
+
+def test_an_import_inside_a_function_says_why():
+    """Imports belong at the top of a module; one that must wait (Django's app registry, DRF's settings, a heavy
+    optional library) carries a comment saying why."""
+    bare = [b for path in _source_files() for b in _bare_function_imports(path)]
+    assert not bare, "imports inside functions without a comment:\n" + "\n".join(sorted(set(bare)))
+
+
+def test_the_function_import_check_finds_a_bare_import(tmp_path):
+    """The check above is not vacuous: a bare import inside a function is reported, a commented one is not."""
+    (tmp_path / "m.py").write_text("def f():\n    import json\n    return json\n\n\n"
+                                   "def g():\n    # late: heavy\n    import csv\n    return csv\n")
+    assert _bare_function_imports(tmp_path / "m.py", tmp_path) == ["m.py:2: import json"]
