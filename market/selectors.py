@@ -22,7 +22,6 @@ from statistics import NormalDist
 
 import numpy as np
 from django.conf import settings
-from django.core import signing
 from django.core.cache import cache
 from django.db.models import BigIntegerField, Case, Count, ExpressionWrapper, F, Q, Value, When
 from django.db.models.functions import Greatest, Least
@@ -31,7 +30,6 @@ from django.utils import timezone
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
 from ldpmarket import problems
-from ldpmarket.problems import QuoteInvalid
 from mechanisms import estimators
 
 from . import domain, eligible, oneshot_specs, oneshot_stats
@@ -45,7 +43,6 @@ logger = logging.getLogger(__name__)
 #: At most this many histogram buckets per attribute (every k-th grid point when the grid is longer).
 MAX_BUCKETS = 100
 Z95 = NormalDist().inv_cdf(0.975)
-QUOTE_SALT = "ldpmarket.quote.v1"
 
 
 # ------------------------------------------------------------------------------------------------ catalog
@@ -203,7 +200,8 @@ def _no_raw(attribute: Attribute, cohort: int | None, e_micro: int) -> np.ndarra
 
 def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int | None,
           policy: PricePolicy) -> Quote:
-    """What a purchase of ``attribute`` at ``epsilon`` would include and cost this buyer now (no locks)."""
+    """What a purchase of ``attribute`` at ``epsilon`` would include and cost this buyer now (no locks); the
+    signed token is added by ``market.quotes.quote_issue``."""
     e = to_micro(epsilon)
     cand = candidates(attribute, cohort, e, lock=False)
     eligible = cand.eligible
@@ -220,8 +218,6 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
         excluded_no_raw=int(no_raw.sum()), price=units_to_decimal(int(charge.sum())),
         list_price=per_value * n, price_per_value=per_value, predicted=predicted_error(attribute, epsilon, n),
         expires_at=expires)
-    q.token = signing.dumps({"b": buyer_id, "a": attribute.id, "e": str(epsilon), "c": cohort, "p": str(q.price),
-                             "n": n}, salt=QUOTE_SALT, compress=True)
     return q
 
 
@@ -250,29 +246,7 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
         list_price=per_value * n, price_per_value=per_value, predicted=oneshot_stats.predicted(attribute, spec, n),
         expires_at=timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS), mechanism=spec.mechanism,
         charged_epsilon=charged, guarantee=spec.guarantee, parameters=dict(spec.parameters))
-    q.token = signing.dumps({"b": buyer_id, "a": attribute.id, "e": None if spec.epsilon is None else str(spec.epsilon),
-                             "c": cohort, "p": str(q.price), "n": n, "m": spec.mechanism, "x": spec.parameters},
-                            salt=QUOTE_SALT, compress=True)
     return q
-
-
-def open_quote(token: str, *, buyer_id: int, check_expiry: bool = True) -> dict:
-    """The request a quote token stands for: ``{"attribute", "epsilon", "cohort", "price", "included"}``.
-
-    ``check_expiry=False`` only to recognise a replay of a purchase already made from the quote.
-    """
-    try:
-        data = signing.loads(token, salt=QUOTE_SALT,
-                             max_age=settings.LDP_QUOTE_TTL_SECONDS if check_expiry else None)
-    except signing.SignatureExpired:
-        raise QuoteInvalid("This quote has expired; ask for a new one.") from None
-    except signing.BadSignature:
-        raise QuoteInvalid("This is not a quote this service issued.") from None
-    if data.get("b") != buyer_id:
-        raise QuoteInvalid("This quote was issued to another buyer.")
-    return {"attribute": data["a"], "epsilon": None if data["e"] is None else Decimal(data["e"]), "cohort": data["c"],
-            "price": Decimal(data["p"]), "included": data["n"], "mechanism": data.get("m", "gradual_rr"),
-            "parameters": data.get("x", {})}
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -401,36 +375,10 @@ def estimate_outputs(attribute: Attribute, outputs: np.ndarray, eps) -> dict:
     return result
 
 
-def purchase_estimate(purchase: Purchase) -> dict:
-    """``estimate_outputs`` of a completed purchase (cached: a completed purchase never changes)."""
-    key = f"purchase-estimate:v1:{purchase.id}:{purchase.completed_at.timestamp() if purchase.completed_at else 0}"
-    hit = cache.get(key)
-    if hit is not None:
-        return hit
-    _, outputs = all_outputs(purchase)
-    if purchase.is_oneshot:
-        result = oneshot_stats.estimate(purchase, outputs)
-    else:
-        result = estimate_outputs(purchase.attribute, outputs, purchase.epsilon)
-    cache.set(key, result, timeout=24 * 3600)
-    return result
-
-
 # ----------------------------------------------------------------------------------------------- progress
 
 def progress_key(purchase_id: int) -> str:
     return f"purchase-progress:{purchase_id}"
-
-
-def progress_set(purchase_id: int, processed: int, total: int) -> None:
-    """Record a purchase's progress in the cache, best-effort: it is called inside the purchase's transaction but
-    is no part of it, so a cache error is logged and ignored (it never fails, rolls back or strands the
-    purchase; the cache backend bounds how long an unreachable Redis can hold it up, docs/operations.md)."""
-    try:
-        cache.set(progress_key(purchase_id), {"processed": int(processed), "total": int(max(total, processed))},
-                  timeout=24 * 3600)
-    except Exception:  # noqa: BLE001 - progress is informative only
-        logger.warning("could not record the progress of purchase %s", purchase_id, exc_info=True)
 
 
 def progress_get(purchase_id: int) -> dict | None:
@@ -440,14 +388,6 @@ def progress_get(purchase_id: int) -> dict | None:
     except Exception:  # noqa: BLE001 - progress is informative only
         logger.warning("could not read the progress of purchase %s", purchase_id, exc_info=True)
         return None
-
-
-def progress_reporter(purchase_id: int, total: int):
-    """The ``progress`` callable for ``purchase_execute``: ``progress(done, steps)`` is scaled to ``total`` values."""
-    def report(done: int, steps: int) -> None:
-        progress_set(purchase_id, (done * total) // steps if steps else total, total)
-
-    return report
 
 
 def request_size(purchase: Purchase) -> tuple[int, int]:

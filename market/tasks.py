@@ -26,7 +26,8 @@ from ldpmarket.problems import PurchaseConflict, PurchaseError
 from .models import Purchase
 from .oneshot import execute
 from .purchases import purchase_fail
-from .selectors import progress_reporter, progress_set, request_size
+from .progress import progress_reporter, progress_set
+from .selectors import request_size
 from .services import chains_extend
 from .sweeper import sweep
 

@@ -55,8 +55,8 @@ from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, Idempote
                            QuoteThrottle, UserThrottle)
 from ldpmarket.openapi import problems
 from ldpmarket.problems import (IdempotencyConflict, InsufficientCredit, ParameterError, PriceChanged, PurchaseConflict,
-                                PurchaseError, TooFewRespondents)
-from market import domain, oneshot, oneshot_specs, selectors
+                                PurchaseError, QuoteInvalid, TooFewRespondents)
+from market import domain, estimates, oneshot, oneshot_specs, progress, quotes, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
 from market.pseudonyms import pseudonyms
 from market.purchases import fingerprint, purchase_claim, purchase_fail
@@ -217,8 +217,9 @@ def _quote(buyer_id: int, attribute: Attribute, epsilon, cohort, spec) -> select
     """A chain purchase's quote, or a one-shot purchase's or survey's (``spec``)."""
     policy = _policy_or_problem(attribute)
     if spec is None:
-        return selectors.quote(buyer_id=buyer_id, attribute=attribute, epsilon=epsilon, cohort=cohort, policy=policy)
-    return selectors.oneshot_quote(buyer_id=buyer_id, attribute=attribute, spec=spec, cohort=cohort, policy=policy)
+        return quotes.quote_issue(buyer_id=buyer_id, attribute=attribute, epsilon=epsilon, cohort=cohort,
+                                  policy=policy)
+    return quotes.oneshot_quote_issue(buyer_id=buyer_id, attribute=attribute, spec=spec, cohort=cohort, policy=policy)
 
 
 class QuoteView(APIView):
@@ -359,14 +360,14 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             return data["attribute"], data.get("epsilon"), data["cohort"], None, data["spec"]
         buyer_id = self.request.user.id
         try:
-            q = selectors.open_quote(data["quote"], buyer_id=buyer_id)
-        except selectors.QuoteInvalid as exc:
+            q = quotes.quote_open(data["quote"], buyer_id=buyer_id)
+        except QuoteInvalid as exc:
             key = self.request.headers.get("Idempotency-Key")
             try:  # an expired quote still identifies a purchase already made from it (a replay)
-                q = selectors.open_quote(data["quote"], buyer_id=buyer_id, check_expiry=False)
+                q = quotes.quote_open(data["quote"], buyer_id=buyer_id, check_expiry=False)
                 if not Purchase.objects.filter(buyer_id=buyer_id, idempotency_key=key).exists():
-                    raise selectors.QuoteInvalid(str(exc))
-            except selectors.QuoteInvalid:
+                    raise QuoteInvalid(str(exc))
+            except QuoteInvalid:
                 raise drf_serializers.ValidationError({"quote": [str(exc)]}) from None
         attribute = Attribute.objects.select_related("dataset").filter(id=q["attribute"]).first()
         if attribute is None:
@@ -391,7 +392,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _run(self, purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None):
         """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
         if self._async(candidates):
-            selectors.progress_set(purchase.id, 0, total)
+            progress.progress_set(purchase.id, 0, total)
             jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
             purchase.refresh_from_db()
             return self._respond(purchase, 202)
@@ -399,7 +400,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             status=Purchase.Status.RUNNING, error="")
         try:
             purchase = oneshot.execute(purchase_id=purchase.id, max_price=max_price,
-                                       progress=selectors.progress_reporter(purchase.id, total))
+                                       progress=progress.progress_reporter(purchase.id, total))
         except PurchaseError as exc:
             purchase_fail(purchase_id=purchase.id, error=str(exc))
             raise
@@ -479,7 +480,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         purchase = self._completed()
         if purchase.included == 0:
             raise NoOutputs("This purchase released no values: there is nothing to estimate from.")
-        result = selectors.purchase_estimate(purchase)
+        result = estimates.purchase_estimate(purchase)
         return Response(s.EstimateSerializer({"purchase": purchase.id, "attribute": purchase.attribute_id,
                                               "kind": purchase.attribute.kind, "mechanism": purchase.mechanism,
                                               "guarantee": purchase.guarantee, "graph": None, **result}).data)

@@ -34,6 +34,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
                                                response_schema_conformance, status_code_conformance)
 
+from market import quotes as market_quotes
 from market import oneshot, selectors
 from market.models import Value
 from ldpmarket.api import KEY_RE
@@ -121,15 +122,15 @@ def world(settings, request):
                                            idempotency_key=uuid.uuid4().hex)
         purchases.append(oneshot.oneshot_execute(purchase_id=claimed.id))
     # quotes the buyer can turn into purchases (the fuzzer cannot forge one): body.quote draws from them
-    quotes = [selectors.quote(buyer_id=buyer.id, attribute=attribute, epsilon=Decimal(epsilon), cohort=None,
-                              policy=selectors.price_policy_or_none(attribute)).token
+    quotes = [market_quotes.quote_issue(buyer_id=buyer.id, attribute=attribute, epsilon=Decimal(epsilon),
+                                        cohort=None, policy=selectors.price_policy_or_none(attribute)).token
               for attribute, epsilon in [(categorical, "0.6"), (binary, "2"), (numeric, "0.3"), (string, "1"),
                                          (numeric, "0.5"), (string, "0.5")]]
     # (the generated bodies' favourite attribute id, 1, is the categorical one: Celery, 202; most quotes are for
     # attributes sold in the request, 201, so both paths are reached)
-    quotes += [selectors.oneshot_quote(buyer_id=buyer.id, attribute=attribute, cohort=None,
-                                       spec=oneshot_specs.parse_spec(attribute, **request),
-                                       policy=selectors.price_policy_or_none(attribute)).token
+    quotes += [market_quotes.oneshot_quote_issue(buyer_id=buyer.id, attribute=attribute, cohort=None,
+                                                 spec=oneshot_specs.parse_spec(attribute, **request),
+                                                 policy=selectors.price_policy_or_none(attribute)).token
                for attribute, request in [(urr, {"epsilon": "0.5"}), (graph, {"eps1": "0.5", "eps2": "1"}),
                                           (binary_surveys, {"mechanism": "simmons", "epsilon": "1", "pi_b": "0.3"})]]
     user = buyer if ROLE == "buyer" else request.getfixturevalue(ROLE)

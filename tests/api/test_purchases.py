@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 
 from accounts.models import MoneyEntry
+from market import progress
 from market import selectors
 from market.models import Holding, Purchase
 from market.pricing import PricePolicy
@@ -211,7 +212,7 @@ def test_a_queued_purchase_shows_progress_and_a_replay_is_202(api, categorical, 
         assert r.status_code == 202
         body = r.json()
         assert body["status"] == "pending" and body["progress"] == {"processed": 0, "total": 60}
-        selectors.progress_set(body["id"], 25, 60)
+        progress.progress_set(body["id"], 25, 60)
         Purchase.objects.filter(id=body["id"]).update(status="running")
         detail = api.get(f"/api/v1/purchases/{body['id']}/").json()
         assert detail["status"] == "running" and detail["progress"] == {"processed": 25, "total": 60}
@@ -229,13 +230,13 @@ def test_a_queued_purchase_shows_progress_and_a_replay_is_202(api, categorical, 
 
 def test_sync_purchase_reports_progress_through_the_callback(api, categorical, monkeypatch):
     seen = []
-    real = selectors.progress_set
+    real = progress.progress_set
 
     def spy(pid, processed, total):
         seen.append((processed, total))
         real(pid, processed, total)
 
-    monkeypatch.setattr(selectors, "progress_set", spy)
+    monkeypatch.setattr(progress, "progress_set", spy)
     buy(api, categorical.id, "1.5")
     assert seen and seen[-1] == (60, 60)
 

@@ -36,6 +36,7 @@ from django.db.models import Sum
 from accounts import ledger
 from accounts.epsilon import to_micro
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry
+from market import quotes
 from market import chains, selectors
 from market.models import Holding, Purchase, PurchaseChunk
 from market.pricing import DEFAULT_POLICY
@@ -78,7 +79,7 @@ def market_state(broker, transactional_db):
     account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT, balance=Decimal("1000"))
     MoneyEntry.objects.create(account=account, amount=account.balance, balance_after=account.balance,
                               memo="deposit")
-    quote = selectors.quote(buyer_id=buyer.id, attribute=attribute, epsilon=EPSILON, cohort=None,
+    quote = quotes.quote_issue(buyer_id=buyer.id, attribute=attribute, epsilon=EPSILON, cohort=None,
                             policy=selectors.price_policy_or_none(attribute))
     assert quote.included == N and quote.price > 0
     # A purchase id of its own: the workers' cache keys progress by purchase id, and another run of these tests

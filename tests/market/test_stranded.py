@@ -27,6 +27,7 @@ from django.db.models import Sum
 
 from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
+from market import quotes
 from market import selectors, tasks
 from market.models import Chain, Holding, Purchase
 from market.pricing import DEFAULT_POLICY
@@ -86,7 +87,7 @@ def new_purchase(n: int = N):
     contribute(attribute, (LABELS * n)[:n], ceiling="2")
     buyer = BuyerFactory()
     fund(buyer, "1000")
-    quote = selectors.quote(buyer_id=buyer.id, attribute=attribute, epsilon=EPSILON, cohort=None,
+    quote = quotes.quote_issue(buyer_id=buyer.id, attribute=attribute, epsilon=EPSILON, cohort=None,
                             policy=selectors.price_policy_or_none(attribute))
     assert quote.included == n and quote.price > 0
     # a purchase id of its own: progress is keyed by purchase id in a cache other test runs may share
