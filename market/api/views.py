@@ -1,7 +1,7 @@
 """The buyer REST API, ``/api/v1/`` (docs/architecture.md#the-path-of-a-purchase).
 
 Who may do what is decided by ``accounts.roles`` alone (docs/security.md, "Roles"; tested for every way a role
-is given in tests/api/test_authorization.py and tests/api/test_role_paths.py):
+is given in tests/market/api/test_authorization.py and tests/market/api/test_role_paths.py):
 
 =================================  =======  =====  =======  =====  =========
 endpoint                            buyer    owner  auditor  staff  anonymous

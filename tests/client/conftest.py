@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 
 from accounts.roles import grant_role
-from tests.api.conftest import LABELS, POLICY, contribute
+from tests.market.api.conftest import LABELS, POLICY, contribute
 from tests.factories import CategoricalAttributeFactory, fund
 
 PASSWORD = "client-test-password"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ldpmarket_client import ProblemError, errors
 
 from ldpmarket.api import problem_attributes
-from tests.api.test_problem_types import concrete
+from tests.market.api.test_problem_types import concrete
 
 
 def test_every_problem_type_of_the_service_has_its_client_class():

@@ -27,7 +27,7 @@ from django.urls import reverse
 from accounts.models import LedgerEntry, User
 from accounts.roles import grant_role
 from market.models import Chain, Purchase, Value
-from tests.api.conftest import PROBLEM, buy, client_for
+from tests.market.api.conftest import PROBLEM, buy, client_for
 from tests.factories import AuditorFactory, BuyerFactory, OwnerFactory, StaffFactory, fund
 
 pytestmark = pytest.mark.django_db

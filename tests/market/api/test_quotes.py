@@ -14,7 +14,7 @@ from market import services
 from market.models import Purchase, Value
 from market.pricing import PricePolicy
 from mechanisms import estimators, rr
-from tests.api.conftest import POLICY, assert_problem, buy, contribute
+from tests.market.api.conftest import POLICY, assert_problem, buy, contribute
 from tests.factories import CategoricalAttributeFactory
 
 pytestmark = pytest.mark.django_db

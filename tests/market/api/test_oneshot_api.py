@@ -17,7 +17,7 @@ from market.models import Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
 from market.services import value_delete_raw, value_set_pum_tag
 from mechanisms import surveys
-from tests.api.conftest import POLICY, assert_problem, client_for, contribute, credit
+from tests.market.api.conftest import POLICY, assert_problem, client_for, contribute, credit
 from tests.factories import (BinaryAttributeFactory, DistributionAttributeFactory, GraphAttributeFactory,
                              TernaryAttributeFactory, UrapAttributeFactory, UrrAttributeFactory)
 

@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from tests.api.conftest import PROBLEM, assert_problem, client_for
+from tests.market.api.conftest import PROBLEM, assert_problem, client_for
 from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db

@@ -16,14 +16,14 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from tests.api.conftest import PROBLEM, assert_problem, buy, client_for
+from tests.market.api.conftest import PROBLEM, assert_problem, buy, client_for
 from ldpmarket import problems
 
 pytestmark = pytest.mark.django_db
 
 TAG = "tag:ldpmarket,2025:problems/"
 PACKAGES = ("accounts", "market", "audit", "portal", "ldpmarket")
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "errors.md"
 #: Errors the API never returns as such (it checks first and answers with another type, or they belong to the
 #: portal, the admin or the commands), so the OpenAPI schema does not list them; docs/errors.md does.
 NOT_FROM_THE_API = {

@@ -5,7 +5,7 @@ Every (role, endpoint, object) cell below is one test: anonymous callers get
 for another's: not even their existence is shown); auditors read every
 purchase's bookkeeping but not the data bought; staff read everything.  Every
 refusal is a problem+json.  The roles come from the factories, which set
-``is_staff`` as ``grant_role`` does (an auditor has it); tests/api/test_role_paths.py
+``is_staff`` as ``grant_role`` does (an auditor has it); tests/market/api/test_role_paths.py
 makes every role through every other path (grant_role, the admin's user form,
 createsuperuser, portal sign-up) and checks the portal and the console too.  Separately: no response a buyer can get contains a
 raw value, an owner's identity or a value id.  Surveys follow the purchases' rules, and auditors see a survey's
@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from market.models import Purchase, Value
-from tests.api.conftest import PROBLEM, buy, client_for
+from tests.market.api.conftest import PROBLEM, buy, client_for
 
 ROLES = ["anonymous", "owner", "buyer_a", "buyer_b", "auditor", "staff"]
 OBJECTS = ["purchase_a", "purchase_b"]

@@ -13,7 +13,7 @@ from market import selectors
 from market.models import Holding, Purchase
 from market.pricing import PricePolicy
 from market.purchases import fingerprint
-from tests.api.conftest import POLICY, assert_problem, buy, client_for, contribute, credit, fund
+from tests.market.api.conftest import POLICY, assert_problem, buy, client_for, contribute, credit, fund
 from tests.factories import BuyerFactory, CategoricalAttributeFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.utils import timezone
 from accounts.models import BudgetAccount
 from market import selectors, services
 from market.models import Value
-from tests.api.conftest import POLICY, contribute
+from tests.market.api.conftest import POLICY, contribute
 from tests.factories import CategoricalAttributeFactory, DatasetFactory
 
 pytestmark = pytest.mark.django_db

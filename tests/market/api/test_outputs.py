@@ -11,7 +11,7 @@ from market import purchases, selectors
 from market.models import Purchase, PurchaseChunk, Value
 from market.pseudonyms import pseudonym, pseudonyms
 from mechanisms import estimators
-from tests.api.conftest import assert_problem, buy, client_for
+from tests.market.api.conftest import assert_problem, buy, client_for
 
 pytestmark = pytest.mark.django_db
 

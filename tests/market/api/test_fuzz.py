@@ -39,7 +39,7 @@ from market import oneshot, selectors
 from market.models import Value
 from ldpmarket.api import KEY_RE
 from market.purchases import purchase_claim, purchase_execute
-from tests.api.conftest import LABELS, POLICY, contribute, fund
+from tests.market.api.conftest import LABELS, POLICY, contribute, fund
 from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory, DatasetFactory,
                              GraphAttributeFactory, NumericAttributeFactory, StringAttributeFactory,
                              UrrAttributeFactory)
@@ -56,7 +56,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 #: Operations whose documented responses are known to be incomplete (reported; remove the entry once fixed):
 #: their status codes are not checked against the schema -- not a 5xx, content types and bodies still are.
 KNOWN_GAPS: dict[str, str] = {}
-#: Deeper or different runs by hand: LDP_FUZZ_EXAMPLES=400 LDP_FUZZ_SEED=7 pytest tests/api/test_fuzz.py
+#: Deeper or different runs by hand: LDP_FUZZ_EXAMPLES=400 LDP_FUZZ_SEED=7 pytest tests/market/api/test_fuzz.py
 SEED = int(os.environ.get("LDP_FUZZ_SEED", "20250101"))
 MAX_EXAMPLES = int(os.environ.get("LDP_FUZZ_EXAMPLES", "30"))
 #: Who calls (token auth): the buyer; by hand, another role's fixture (``LDP_FUZZ_ROLE=staff``, ``owner``,

@@ -10,7 +10,7 @@ from market import selectors
 from market.models import Purchase
 from market.purchases import purchase_claim
 from market.tasks import run_purchase
-from tests.api.conftest import credit, fund
+from tests.market.api.conftest import credit, fund
 from tests.factories import BuyerFactory
 from market import eligible
 
