@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from market import selectors, sweeper
+from market import progress, selectors, sweeper
 from market.models import Chain, Purchase
 from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim
@@ -255,7 +255,8 @@ class Unreachable:
 @pytest.mark.django_db
 def test_progress_errors_never_fail_a_purchase(monkeypatch):
     attribute, _, buyer = market()
-    monkeypatch.setattr(selectors, "cache", Unreachable())
+    monkeypatch.setattr(selectors, "cache", Unreachable())  # progress reads
+    monkeypatch.setattr(progress, "cache", Unreachable())  # progress writes
     purchase = claim(buyer, attribute)
     assert run_purchase.delay(purchase.id).get() == "completed"  # the task reports progress at every phase
     assert selectors.progress_get(purchase.id) is None

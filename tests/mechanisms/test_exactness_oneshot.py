@@ -20,7 +20,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from market import oneshot as market
+from market import oneshot_specs as market
 from market.management.commands.load_demo import _oneshot_demos
 from mechanisms import exactness_oneshot as X
 from mechanisms import private_sampling as ps
