@@ -15,7 +15,7 @@ from celery import signature
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerError
 
-logger = logging.getLogger("market.tasks")
+logger = logging.getLogger(__name__)
 
 #: The tasks services start (``market.tasks``).
 EXTEND_CHAINS = "market.tasks.extend_chains"

@@ -11,7 +11,7 @@ from django.core.cache import cache
 
 from .selectors import progress_key
 
-logger = logging.getLogger("market.selectors")
+logger = logging.getLogger(__name__)
 
 
 def progress_set(purchase_id: int, processed: int, total: int) -> None:
