@@ -1,8 +1,8 @@
 """The integer codes the budget audit reads columns as (``audit.sql.code``): one list per coded column.
 
 Each list's index is the code; a value outside a list reads as -2 (``audit.sql.code``), which every check treats
-as wrong.  The mechanism table (:data:`MECHANISMS` ... :data:`MECHANISM_GUARANTEE`) is kept apart at the end: it
-is the one place the audit learns which mechanisms exist and what each guarantees.
+as wrong.  The mechanism table (:data:`MECHANISMS` ... :data:`MECHANISM_GUARANTEE`) at the end derives from the
+mechanism registry: which mechanisms exist and what each guarantees.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from accounts import ledger
 from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
+from mechanisms import registry
 
 KINDS = list(LedgerEntry.Kind.values)
 K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW = (KINDS.index(k) for k in (
@@ -29,11 +30,11 @@ GUARANTEES = ledger.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
 G_NONE, G_LDP, G_ULDP, G_PER_REPORT = range(4)
 
 # ------------------------------------------------------------------------------------------- the mechanisms
-# One place: when the mechanism registry exists, these four names derive from it.
+# From the mechanism registry (mechanisms.registry, docs/mechanisms.md#the-mechanism-registry): a mechanism's code
+# here is its record's ``number``.
 
-MECHANISMS = ["gradual_rr", "urr", "urap", "rr3", "lpp", "private_sample", "warner", "simmons", "christofides",
-              "improved_christofides"]
-MECH_GRADUAL = 0
-SURVEYS = [MECHANISMS.index(m) for m in ("warner", "simmons", "christofides", "improved_christofides")]
+MECHANISMS = [r.code for r in registry.RECORDS]
+MECH_GRADUAL = registry.GRADUAL_RR.number
+SURVEYS = [r.number for r in registry.RECORDS if r.is_survey]
 #: The guarantee each mechanism's releases carry (index by mechanism code; chains also allow ldp).
-MECHANISM_GUARANTEE = np.array([G_NONE, G_ULDP, G_ULDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_LDP, G_PER_REPORT])
+MECHANISM_GUARANTEE = np.array([GUARANTEES.index(r.guarantee) for r in registry.RECORDS])

@@ -30,13 +30,14 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
 from ldpmarket.problems import InvalidAttribute, InvalidValue
+from mechanisms import registry
 from mechanisms.numeric import discretize
+from mechanisms.release_stats import PredictedError  # noqa: F401 - re-exported: selectors and quotes build it
 from mechanisms.random import uniform_below
 from mechanisms.rappor import bloom_bits
 
@@ -46,18 +47,11 @@ MAX_STRING = 200
 MAX_TAGS = 16
 #: How far a distribution's sum may stray from 1 (it is then renormalised).
 SUM_TOLERANCE = 1e-6
-GRAPH_STATES = ["none", "+1", "-1"]  # LPP report states 0, 1, 2
+GRAPH_STATES = registry.GRAPH_STATES  # LPP report states 0, 1, 2
 
 
 def labels_of(attribute: Attribute) -> list[str]:
-    if attribute.kind == Attribute.Kind.BINARY:
-        return list(attribute.labels) if len(attribute.labels) == 2 else ["0", "1"]
-    if attribute.kind == Attribute.Kind.TERNARY:
-        return list(attribute.labels) if len(attribute.labels) == 3 else ["0", "1", "2"]
-    if attribute.kind == Attribute.Kind.GRAPH:
-        n = attribute.num_items or 0
-        return list(attribute.labels) if len(attribute.labels) == n else [str(j) for j in range(n)]
-    return list(attribute.labels)
+    return attribute.domain_labels
 
 
 def _distinct_texts(items, what: str, *, minimum: int = 0, maximum: int = MAX_ITEMS) -> list[str]:
@@ -77,8 +71,10 @@ def check_attribute(attribute: Attribute) -> None:
     sensitive set, item count and prior are present; this checks their contents.
     """
     mech, kind = attribute.mechanism, attribute.kind
-    M = Attribute.Mechanism
-    if mech in (M.URR, M.URAP):
+    record = registry.REGISTRY.get(mech)
+    if record is None or record.is_survey:
+        raise InvalidAttribute(f"{mech!r} is not an attribute mechanism")
+    if record.uses_sensitive:
         labels = _distinct_texts(attribute.labels, "labels", minimum=2)
         sensitive = _distinct_texts(attribute.sensitive, "the sensitive set", minimum=1)
         missing = [x for x in sensitive if x not in labels]
@@ -108,12 +104,8 @@ def check_attribute(attribute: Attribute) -> None:
             raise InvalidAttribute("the prior must be a list of numbers") from None
         if not np.isfinite(q).all() or (q <= 0).any() or abs(q.sum() - 1.0) > 1e-9:
             raise InvalidAttribute("the prior must be positive and sum to 1")
-    if mech in (M.URR, M.URAP, M.RR3, M.LPP, M.PRIVATE_SAMPLE) or kind in (
-            Attribute.Kind.TERNARY, Attribute.Kind.GRAPH, Attribute.Kind.DISTRIBUTION):
-        fits = {M.URR: "categorical", M.URAP: "categorical", M.RR3: "ternary", M.LPP: "graph",
-                M.PRIVATE_SAMPLE: "distribution"}
-        if fits.get(mech) != kind:
-            raise InvalidAttribute(f"the mechanism {mech!r} does not apply to {kind!r} attributes")
+    if kind not in record.kinds:
+        raise InvalidAttribute(f"the mechanism {mech!r} does not apply to {kind!r} attributes")
 
 
 def sensitive_indices(attribute: Attribute) -> np.ndarray:
@@ -130,7 +122,7 @@ def prior_of(attribute: Attribute) -> np.ndarray:
 def payload_bytes(attribute: Attribute) -> int:
     if attribute.kind == Attribute.Kind.STRING:
         return -(-attribute.num_bits // 8)
-    if attribute.mechanism in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP):
+    if attribute.record.uses_sensitive:  # the label's index and a PUM tag
         return 4
     if attribute.kind == Attribute.Kind.GRAPH:
         return 4 * attribute.num_items
@@ -202,7 +194,7 @@ def to_inputs(attribute: Attribute, raws: list, rng=None) -> tuple[np.ndarray, n
         raise InvalidValue(f"unknown attribute kind {kind!r}")
     inputs = inputs.reshape(n, 1)
     payload = inputs.astype("<i2").view(np.uint8).reshape(n, 2)
-    if attribute.mechanism in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP):  # no PUM tag yet
+    if attribute.record.uses_sensitive:  # no PUM tag yet
         payload = np.concatenate([payload, np.full((n, 1), -1, dtype="<i2").view(np.uint8)], axis=1)
     return inputs, payload, cohorts
 
@@ -312,23 +304,3 @@ def _distributions(attribute: Attribute, raws: list) -> np.ndarray:
             raise InvalidValue(f"the probabilities must sum to 1 (they sum to {total:g})")
         p[i] = row / total
     return p
-
-
-@dataclass
-class PredictedError:
-    """Standard errors a purchase would give, from (mechanism, epsilon, n) only.
-
-    ``target`` is what is estimated: ``frequency`` (each category's share),
-    ``mean`` (binary: the share of the second label; numeric: the mean), or
-    ``bit_frequency`` (each Bloom bit's share, strings); for one-shot mechanisms
-    and surveys also ``mean_distribution``, ``proportion`` and
-    ``item_degree_weight`` (LPP: one row each for an item's degree and weight).
-    """
-
-    target: str
-    standard_error: float
-    worst_case_standard_error: float | None
-    per_category: list[dict] = field(default_factory=list)
-    expected_l2: float | None = None  # uRR/uRAP: the exact expected squared l2 loss (uniform population)
-    variance: float | None = None  # surveys: the estimate's variance (at a proportion of 1/2)
-    covariance: list[list[float]] | None = None  # RR3: the estimator's covariance (uniform population)

@@ -10,6 +10,9 @@ from django.db.models.functions import Length
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
+from mechanisms import registry
+from mechanisms.release_stats import Shape
+
 EPS = {"max_digits": 12, "decimal_places": 6}
 
 
@@ -25,9 +28,40 @@ class Dataset(models.Model):
 
 
 #: Attribute mechanisms without a relaxation chain: every release is a fresh draw charged to ``oneshot_loss``.
-ONESHOT_MECHANISMS = ("urr", "urap", "rr3", "lpp", "private_sample")
+ONESHOT_MECHANISMS = registry.ONESHOT_CODES
 #: Survey mechanisms (a buyer commissions one question over a cohort of a binary attribute; aggregate only).
-SURVEY_MECHANISMS = ("warner", "simmons", "christofides", "improved_christofides")
+SURVEY_MECHANISMS = registry.SURVEY_CODES
+
+
+def mechanism_choices(records, label) -> type[models.TextChoices]:
+    """Choices derived from the mechanism registry (``mechanisms.registry``, docs/mechanisms.md#the-mechanism-registry)."""
+    return models.TextChoices("Mechanism", [(r.code.upper(), (r.code, label(r))) for r in records])
+
+
+def _by(records, key) -> dict:
+    groups: dict = {}
+    for r in records:
+        groups.setdefault(key(r), []).append(r.code)
+    return groups
+
+
+def _mechanism_fits_kind() -> Q:
+    """An attribute's mechanism is one whose record lists its kind (``registry.Mechanism.kinds``)."""
+    q = Q()
+    for kinds, codes in _by(registry.ATTRIBUTE_MECHANISMS, lambda r: r.kinds).items():
+        mech = {"mechanism": codes[0]} if len(codes) == 1 else {"mechanism__in": codes}
+        q |= Q(**mech, **({"kind": kinds[0]} if len(kinds) == 1 else {"kind__in": list(kinds)}))
+    return q
+
+
+def _guarantee_fits_mechanism() -> Q:
+    """A purchase's guarantee is its mechanism's (``registry.Mechanism.guarantee``); chain purchases carry none,
+    and no charged epsilon or survey result."""
+    q = Q(mechanism=registry.GRADUAL_RR.code, guarantee="", charged_epsilon__isnull=True, result__isnull=True)
+    oneshot = [r for r in registry.RECORDS if r.is_oneshot]
+    for guarantee, codes in _by(oneshot, lambda r: r.guarantee).items():
+        q |= Q(mechanism__in=codes, guarantee=guarantee) if len(codes) > 1 else Q(mechanism=codes[0], guarantee=guarantee)
+    return q
 #: Most items of a graph attribute and labels of a distribution attribute (sealed inputs stay small).
 MAX_ITEMS = 1000
 
@@ -56,13 +90,7 @@ class Attribute(models.Model):
         GRAPH = "graph", "Weighted edges to items (bipartite graph, LPP)"
         DISTRIBUTION = "distribution", "Probability distribution over labels (private sampling)"
 
-    class Mechanism(models.TextChoices):
-        GRADUAL_RR = "gradual_rr", "Gradual-release randomized response"
-        URR = "urr", "Utility-optimized randomized response (uRR, one-shot)"
-        URAP = "urap", "Utility-optimized RAPPOR (uRAP, one-shot)"
-        RR3 = "rr3", "Three-element randomized response (EWRR3 or RR3‡, one-shot)"
-        LPP = "lpp", "Bipartite-graph protocol LPP‡ (one-shot)"
-        PRIVATE_SAMPLE = "private_sample", "Optimal private sampling with a public prior (one-shot)"
+    Mechanism = mechanism_choices(registry.ATTRIBUTE_MECHANISMS, lambda r: r.title)
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="attributes")
     name = models.CharField(max_length=100)
@@ -96,14 +124,10 @@ class Attribute(models.Model):
             models.CheckConstraint(condition=Q(kind__in=["categorical", "binary", "numeric", "string", "ternary",
                                                          "graph", "distribution"]),
                                    name="attribute_kind_valid"),
+            models.CheckConstraint(condition=_mechanism_fits_kind(), name="attribute_mechanism_fits_kind"),
             models.CheckConstraint(
-                condition=Q(mechanism="gradual_rr", kind__in=["categorical", "binary", "numeric", "string"])
-                | Q(mechanism__in=["urr", "urap"], kind="categorical") | Q(mechanism="rr3", kind="ternary")
-                | Q(mechanism="lpp", kind="graph") | Q(mechanism="private_sample", kind="distribution"),
-                name="attribute_mechanism_fits_kind"),
-            models.CheckConstraint(
-                condition=(Q(mechanism__in=["urr", "urap"]) & ~Q(sensitive=[]))
-                | (~Q(mechanism__in=["urr", "urap"]) & Q(sensitive=[], pum_tags=[])),
+                condition=(Q(mechanism__in=list(registry.SENSITIVE_CODES)) & ~Q(sensitive=[]))
+                | (~Q(mechanism__in=list(registry.SENSITIVE_CODES)) & Q(sensitive=[], pum_tags=[])),
                 name="attribute_sensitive_for_uldp"),
             models.CheckConstraint(
                 condition=(Q(kind="graph", num_items__isnull=False, num_items__gte=1, num_items__lte=MAX_ITEMS))
@@ -139,9 +163,33 @@ class Attribute(models.Model):
         return 2
 
     @property
+    def record(self) -> registry.Mechanism:
+        """The attribute's mechanism in the registry (docs/mechanisms.md#the-mechanism-registry)."""
+        return registry.get(self.mechanism)
+
+    @property
     def is_oneshot(self) -> bool:
         """Whether values have no chain and every release is a one-shot draw (docs/budget-rules.md#one-shot-losses-add-up)."""
-        return self.mechanism != self.Mechanism.GRADUAL_RR
+        return registry.get(self.mechanism).is_oneshot
+
+    @property
+    def domain_labels(self) -> list[str]:
+        """The names of the domain: the labels, or "0".."m-1" for a binary, ternary or graph attribute without
+        labels of its own."""
+        defaults = {self.Kind.BINARY: 2, self.Kind.TERNARY: 3, self.Kind.GRAPH: self.num_items or 0}
+        if self.kind in defaults:
+            n = defaults[self.kind]
+            return list(self.labels) if len(self.labels) == n else [str(j) for j in range(n)]
+        return list(self.labels)
+
+    @property
+    def shape(self) -> Shape:
+        """The public facts a mechanism reads (``mechanisms.release_stats.Shape``)."""
+        labels = list(self.labels)
+        sensitive = tuple(sorted(labels.index(x) for x in self.sensitive if x in labels)) if self.sensitive else ()
+        return Shape(kind=self.kind, labels=tuple(self.domain_labels), sensitive=sensitive,
+                     pum_tags=tuple(self.pum_tags or ()), num_items=self.num_items,
+                     prior=tuple(float(x) for x in self.prior) if self.prior else ())
 
     @property
     def draw_divisor(self) -> int:
@@ -157,11 +205,7 @@ class Attribute(models.Model):
         bots) for uRAP; 2 (item, state) for LPP."""
         if self.kind == self.Kind.STRING:
             return self.num_bits
-        if self.mechanism == self.Mechanism.URAP:
-            return len(self.labels) + len(self.pum_tags)
-        if self.mechanism == self.Mechanism.LPP:
-            return 2
-        return 1
+        return registry.get(self.mechanism).width(self.shape)
 
 
 class Value(models.Model):
@@ -239,17 +283,7 @@ class Purchase(models.Model):
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
 
-    class Mechanism(models.TextChoices):
-        GRADUAL_RR = "gradual_rr", "Gradual-release randomized response (chain)"
-        URR = "urr", "uRR"
-        URAP = "urap", "uRAP"
-        RR3 = "rr3", "RR3 family"
-        LPP = "lpp", "LPP‡"
-        PRIVATE_SAMPLE = "private_sample", "Private sample"
-        WARNER = "warner", "Warner survey"
-        SIMMONS = "simmons", "Simmons survey"
-        CHRISTOFIDES = "christofides", "Christofides survey"
-        IMPROVED_CHRISTOFIDES = "improved_christofides", "Improved Christofides survey"
+    Mechanism = mechanism_choices(registry.RECORDS, lambda r: r.short)
 
     buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="purchases")
     attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="purchases")
@@ -300,13 +334,7 @@ class Purchase(models.Model):
             models.CheckConstraint(condition=Q(epsilon__gt=0, epsilon__lte=700), name="purchase_epsilon_range"),
             models.CheckConstraint(condition=Q(price__gte=0), name="purchase_price_nonnegative"),
             models.CheckConstraint(condition=Q(included__lte=F("candidates")), name="purchase_counts_consistent"),
-            models.CheckConstraint(
-                condition=Q(mechanism="gradual_rr", guarantee="", charged_epsilon__isnull=True, result__isnull=True)
-                | Q(mechanism__in=["urr", "urap"], guarantee="uldp")
-                | Q(mechanism__in=["rr3", "lpp", "private_sample", "warner", "simmons", "christofides"],
-                    guarantee="ldp")
-                | Q(mechanism="improved_christofides", guarantee="per_report_non_collusion"),
-                name="purchase_guarantee_fits_mechanism"),
+            models.CheckConstraint(condition=_guarantee_fits_mechanism(), name="purchase_guarantee_fits_mechanism"),
             models.CheckConstraint(
                 condition=Q(charged_epsilon__isnull=True)
                 | Q(charged_epsilon__isnull=False, charged_epsilon__gt=0, charged_epsilon__lte=700),
@@ -322,7 +350,7 @@ class Purchase(models.Model):
 
     @property
     def is_oneshot(self) -> bool:
-        return self.mechanism != self.Mechanism.GRADUAL_RR
+        return registry.get(self.mechanism).is_oneshot
 
     def __str__(self) -> str:
         return f"Purchase #{self.pk} ({self.get_mechanism_display()} at ε {self.epsilon.normalize():f}, {self.status})"

@@ -231,9 +231,9 @@ def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | No
     p = eligible.pool(attribute, cohort, to_micro(spec.charged), lock=False, inputs=False)
     n = int(p.eligible.sum())
     charged = spec.charged
-    if spec.mechanism == Purchase.Mechanism.IMPROVED_CHRISTOFIDES and n:
+    if spec.is_survey and n:  # the design for the values included now (an IC deck costs its own level)
         try:
-            charged = oneshot_specs.ceil6(oneshot_specs.deck_level(oneshot_specs.ic_deck(n, spec.epsilon, spec.value("p2"))))
+            _, charged = oneshot_specs.survey_design(spec, n)
         except problems.TooFewRespondents:
             n = 0
     per_value = units_to_decimal(int(policy.units(np.array([to_micro(charged)]))[0]))

@@ -115,7 +115,7 @@ def value_set_pum_tag(*, value_id: int, tag: str | None, owner: User | None = No
         if value is None or (owner is not None and value.owner_id != owner.id):
             raise BudgetError("No such value.")
         attribute = value.attribute
-        if attribute.mechanism not in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP):
+        if not attribute.record.uses_sensitive:
             raise BudgetError("Only values of uRR and uRAP attributes can carry a personal sensitivity tag.")
         tags = list(attribute.pum_tags)
         if tag in (None, ""):

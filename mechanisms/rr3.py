@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -47,6 +47,7 @@ from ._exact import TWO_64, ceil_frac, exp_lower, largest_honest, ln_floor_place
 from ._sampling import CellTable, safe_cells
 from ._validation import check_eps, check_m, check_values
 from .estimators import project_simplex
+from .exactness import exact_epsilon
 from .numeric import discretize
 from .random import uniform_below
 
@@ -369,15 +370,25 @@ def perturb(values, P, rng=None) -> np.ndarray:
 # ------------------------------------------------------------------------------------- graph protocol LPP‡
 
 NO_EDGE, PLUS, MINUS = 0, 1, 2
+_CTX = Context(prec=40)
+
+
+def lpp_level(eps1, eps2) -> Decimal:
+    """The exact LDP level of RR3‡ / LPP‡ at ``p_i = e^eps_i/(e^eps_i + 1)``, to 40 digits (the one implementation:
+    the market charges it rounded up, docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp):
+    ``max(eps2, ln(2 e^(eps1+eps2)/(e^eps2 + 1))) = max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))``, at most
+    ``eps1 + eps2``.  The paper's Lemma 2 keeps only the second term, which misses the ratio
+    ``p1 q / (p1 (1-q)) = e^eps2`` between the two edge states: (1, 2) is 2.0, not 1.5662.  The epsilons are
+    taken at their exact values (``exactness.exact_epsilon``)."""
+    check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
+    e1, e2 = exact_epsilon(eps1), exact_epsilon(eps2)
+    second = _CTX.add(_CTX.subtract(e1, _CTX.ln(_CTX.add(Decimal(1), _CTX.exp(-e2)))), _CTX.ln(Decimal(2)))
+    return max(Decimal(e2), second)
 
 
 def lpp_epsilon(eps1, eps2) -> float:
-    """The exact LDP level of LPP‡ (spec "Privacy level"): ``max(eps2, ln(2 e^(eps1+eps2)/(e^eps2 + 1)))``
-    ``= max(eps2, eps1 + ln 2 - ln(1 + e^-eps2))``, at most ``eps1 + eps2``.  The paper's Lemma 2
-    keeps only the second term, which misses the ratio ``p1 q / (p1 (1-q)) = e^eps2`` between the
-    two edge states: (1, 2) is 2.0, not 1.5662."""
-    eps1, eps2 = check_eps(eps1, "eps1"), check_eps(eps2, "eps2")
-    return max(eps2, eps1 + math.log(2.0) - math.log1p(math.exp(-eps2)))
+    """:func:`lpp_level` as a float."""
+    return float(lpp_level(eps1, eps2))
 
 
 def _edge_weights(edges, m: int) -> tuple[int, object]:

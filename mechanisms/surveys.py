@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -564,6 +564,14 @@ def ic_deck_counts(N, eps, p2) -> np.ndarray:
                          f"need at least one more 3-card than 1-cards with 3-cards <= e^eps 1-cards "
                          f"(about N >= (1 - p2)^-1 (2/(e^eps - 1) + 1))")
     return np.array([c1, c2, c3], dtype=np.int64)
+
+
+def deck_level(counts) -> Decimal:
+    """The per-report level ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck, to 40 digits (L = 3: ``ln(c3/c1)``): what the
+    market charges for a dealt deck, rounded up (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
+    c = [int(x) for x in counts]
+    ctx = Context(prec=40)
+    return max(ctx.ln(ctx.divide(Decimal(c[-1 - i]), Decimal(c[i]))) for i in range(len(c)) if c[i] and c[-1 - i])
 
 
 def improved_christofides_epsilon(counts) -> float:

@@ -252,7 +252,7 @@ def raw_field(attribute: Attribute) -> forms.Field:
     help_text = attribute.description or ""
     kind = attribute.kind
     if kind in (Attribute.Kind.CATEGORICAL, Attribute.Kind.BINARY):
-        if attribute.mechanism in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP) and attribute.sensitive:
+        if attribute.record.uses_sensitive and attribute.sensitive:
             help_text = (f"Sensitive answers, always protected: {', '.join(attribute.sensitive)}. Any other answer "
                          f"may be passed on exactly. {help_text}").strip()
         return forms.ChoiceField(

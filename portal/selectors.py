@@ -22,6 +22,7 @@ from market import domain, sealing
 from market.domain import labels_of
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from market.oneshot_specs import guarantee_label
+from mechanisms import registry
 
 RELEASE_KINDS = (LedgerEntry.Kind.CHAIN_RELEASE, LedgerEntry.Kind.ONESHOT_RELEASE)
 ZERO_MONEY = Decimal("0.0000")
@@ -37,47 +38,13 @@ def _money(d) -> Decimal:
 # ------------------------------------------------------------------------------ mechanisms and guarantees, in words
 
 G = LedgerEntry.Guarantee
-PUM_MECHANISMS = (Attribute.Mechanism.URR, Attribute.Mechanism.URAP)
+PUM_MECHANISMS = registry.SENSITIVE_CODES
 
 #: What each way of selling is called on the owner's pages: what it does, in plain words, with the technical
-#: name of the mechanism (the papers' abbreviation, see docs/mechanisms.md) in parentheses.
-MECHANISM_NAMES = {
-    "gradual_rr": "Chain of randomized answers (gradual release)",
-    "urr": "Randomized answer that always protects sensitive answers (uRR)",
-    "urap": "Randomized pattern of bits that always protects sensitive answers (uRAP)",
-    "rr3": "Randomized choice among three answers (RR3)",
-    "lpp": "Randomized report about one of your links (LPP)",
-    "private_sample": "Private sample of your distribution",
-    "warner": "Yes/no survey, Warner's method",
-    "simmons": "Yes/no survey, Simmons' method",
-    "christofides": "Yes/no survey, Christofides' method",
-    "improved_christofides": "Yes/no survey, improved Christofides method",
-}
-
-#: How each mechanism works and what its releases cost, in plain words (contribute and value pages).
-MECHANISM_EXPLAINED = {
-    "gradual_rr": "Buyers get randomized versions of your value from one stored chain. All buyers together learn "
-                  "no more than the highest ε ever sold, so only the highest ε counts: selling again at the same "
-                  "or a lower ε costs you nothing.",
-    "urr": "Each sale sends one randomized answer. Answers the question marks as sensitive are always protected at "
-           "the sale's ε; any other answer may be passed on exactly, because it is not considered sensitive. If "
-           "your answer is sensitive for you personally, tag it on the value page and it is sent as a protected "
-           "symbol instead.",
-    "urap": "Each sale sends a randomized pattern of bits, one bit per possible answer. Answers the question marks "
-            "as sensitive are always protected at the sale's ε; any other answer may be passed on exactly, because "
-            "it is not considered sensitive. If your answer is sensitive for you personally, tag it on the value "
-            "page and it is sent as a protected symbol instead.",
-    "rr3": "Each sale reports one of the three answers, randomized: your true answer is more likely to be reported "
-           "the higher the ε. The ε charged is exactly the protection the sale gives (when a buyer sets two "
-           "separate levels, it is less than their sum).",
-    "lpp": "Each sale picks one item at random and reports whether you have a link to it and, if so, whether it "
-           "is positive or negative, both randomized. A weight w becomes +1 with probability (1 + w)/2, otherwise "
-           "−1. The ε charged is exactly the protection of the two randomization levels together, less than their "
-           "sum.",
-    "private_sample": "Each sale releases one label drawn from your distribution, randomized so that it is "
-                      "protected at the sale's ε, using a public starting guess (the prior). Buyers never see your "
-                      "probabilities.",
-}
+#: name of the mechanism (the papers' abbreviation, see docs/mechanisms.md) in parentheses; and how each works
+#: and what its releases cost (contribute and value pages).  From the mechanism registry.
+MECHANISM_NAMES = {r.code: r.owner_name for r in registry.RECORDS}
+MECHANISM_EXPLAINED = {r.code: r.owner_explained for r in registry.RECORDS if r.owner_explained}
 ONESHOT_COST = ("One-shot: there is no chain. Every sale is a fresh randomization of your value and adds its ε to "
                 "what this value has spent, so ten sales at ε 0.1 spend ε 1.")
 CHAIN_COST = ("Chain: only the highest ε counts. A sale at or below the highest ε already sold adds nothing to "
@@ -510,7 +477,7 @@ def pum_tag(owner: User, value_id: int) -> str | None:
     value = owner_value(owner, value_id)
     attribute = value.attribute
     sealed = Value.objects.filter(id=value.id).values_list("input_sealed", flat=True).get()
-    if attribute.mechanism not in (Attribute.Mechanism.URR, Attribute.Mechanism.URAP) or sealed is None:
+    if not attribute.record.uses_sensitive or sealed is None:
         return None
     try:
         payload = sealing.open_inputs([bytes(sealed)], [value.owner_id], [attribute.id],

@@ -572,10 +572,8 @@ def _page_link(request, offset: int, size: int) -> str:
 
 
 def _outputs_as(attribute: Attribute, out: np.ndarray) -> list:
-    if attribute.mechanism == Attribute.Mechanism.LPP:  # (item, state) reports as "item:state"
-        items = np.asarray(domain.labels_of(attribute), dtype=object)
-        states = np.asarray(domain.GRAPH_STATES, dtype=object)
-        return [f"{i}:{st}" for i, st in zip(items[out[:, 0]].tolist(), states[out[:, 1]].tolist())]
+    if not attribute.record.is_chain and attribute.record.format_outputs is not None:  # e.g. LPP's "item:state"
+        return attribute.record.format_outputs(attribute.shape, out)
     labels = selectors.output_labels(attribute)
     if labels is None:
         return out.tolist()
@@ -598,7 +596,7 @@ def _csv_rows(purchase: Purchase):
     """The CSV body, one chunk of the purchase at a time."""
     eps = s.EpsilonField().to_representation(_released_epsilon(purchase))
     attribute = purchase.attribute
-    string = attribute.kind == Attribute.Kind.STRING or attribute.mechanism == Attribute.Mechanism.URAP  # bit strings
+    string = attribute.kind == Attribute.Kind.STRING or attribute.record.bit_vector  # bit strings
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["pseudonym", "epsilon", "output"])

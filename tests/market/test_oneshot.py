@@ -26,7 +26,7 @@ from market.pricing import PricePolicy
 from market.purchases import purchase_claim, purchase_execute
 from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
 from market.services import chains_extend, value_delete_raw, value_set_pum_tag, values_create_many
-from mechanisms import exactness_oneshot, rr3, surveys
+from mechanisms import exactness_oneshot, registry, release_stats, rr3, surveys
 from tests.factories import (BinaryAttributeFactory, DatasetFactory, DistributionAttributeFactory,
                              GraphAttributeFactory, OwnerFactory, TernaryAttributeFactory, UrapAttributeFactory,
                              UrrAttributeFactory, make_owners)
@@ -254,7 +254,7 @@ def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exa
 def test_ewrr3_is_charged_exactly_epsilon():
     spec = oneshot_specs.parse_spec(TernaryAttributeFactory(), epsilon="0.7")
     assert spec.charged == D("0.7") and spec.parameters == {"family": "ewrr3"}
-    assert abs(rr3.ldp_epsilon(oneshot_specs.rr3_matrix(spec)) - 0.7) < 1e-12
+    assert abs(rr3.ldp_epsilon(registry.rr3_matrix(spec.charged, spec.parameters)) - 0.7) < 1e-12
 
 
 def test_an_lpp_purchase_charges_the_rounded_up_level_everywhere():
@@ -435,7 +435,7 @@ def test_ic_deck_level_is_checked_exactly():
             except problems.TooFewRespondents:
                 continue
             assert counts.sum() == n and counts[2] > counts[0] >= 1
-            assert oneshot_specs.deck_level(counts) <= D(eps)
+            assert surveys.deck_level(counts) <= D(eps)
     with pytest.raises(problems.TooFewRespondents, match="needs more respondents"):
         oneshot_specs.ic_deck(3, D("0.1"), 0.1)
 
@@ -572,14 +572,13 @@ def test_losses_that_add_up_to_the_ceiling_exactly_are_accepted_on_every_backend
 def test_the_linear_terms_behind_estimates_and_quotes_match_the_mechanisms(mechanism, theta):
     """``(m_hat - a)/b`` per coordinate is ``mechanisms.uldp``'s estimator, and the quoted per-coordinate variances
     add up to its exact expected l2 loss (Props. 15/18)."""
-    from market import oneshot_stats
     from mechanisms import uldp
 
     factory = UrrAttributeFactory if mechanism == "urr" else UrapAttributeFactory
     attribute = factory()
     spec = oneshot_specs.parse_spec(attribute, epsilon="0.9", **({"theta": theta} if theta else {}))
-    a, b = oneshot_stats._linear_terms(attribute, spec)
-    S = oneshot_stats.extended_sensitive(attribute)
+    a, b = registry.uldp_linear_terms(attribute.shape, spec.mechanism, spec.charged, spec.parameters)
+    S = attribute.shape.extended_sensitive
     rng = np.random.default_rng(3)
     x = rng.integers(0, 7, 500)
     th = float(theta) if theta else None
@@ -611,7 +610,7 @@ def test_lpp_quotes_predict_per_item_errors_with_a_worst_case_above_every_popula
     rows = {row["label"]: row for row in p.per_category}
     assert rows["weight of an item"]["standard_error"] == pytest.approx(typical[1], rel=1e-12)
     grid = np.sqrt(np.array([np.diag(rr3.lpp_item_covariance(pi, n, items, 1.5, 0.8))
-                             for pi in oneshot_stats.SIMPLEX3]))
+                             for pi in release_stats.SIMPLEX3]))
     worst = [rows[label]["worst_case_standard_error"] for label in ("degree of an item", "weight of an item")]
     assert (grid <= np.array(worst) * (1 + 1e-12)).all()
     assert worst[0] < 1.1 * grid[:, 0].max() and worst[1] < 1.1 * grid[:, 1].max()  # an upper bound, not a loose one

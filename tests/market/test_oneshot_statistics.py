@@ -21,7 +21,7 @@ from market import domain, oneshot, sealing
 from market.models import Value
 from market.selectors import all_outputs
 from market.services import value_set_pum_tag
-from mechanisms import private_sampling, rr3, surveys, uldp
+from mechanisms import private_sampling, registry, rr3, surveys, uldp
 from tests.factories import (BinaryAttributeFactory, DistributionAttributeFactory, GraphAttributeFactory,
                              TernaryAttributeFactory, UrapAttributeFactory, UrrAttributeFactory)
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
@@ -57,7 +57,7 @@ def test_urr_with_pum_outputs_follow_the_extended_matrix():
     purchase = run(funded_buyer(), attribute, epsilon="1", rng=np.random.default_rng(11))
     ids, out = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = oneshot_specs._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = registry._pum_inputs(attribute.shape, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [160, 160, 100, 160, 160, 60, 0]
     Q = uldp.urr_matrix(7, z.sensitive, eps)
     counts = table(z.values, out[:, 0], 7, 7)
@@ -83,7 +83,7 @@ def test_urap_bits_follow_their_bernoulli_laws():
     purchase = run(funded_buyer(), attribute, epsilon="1.2", rng=np.random.default_rng(12))
     ids, bits = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = oneshot_specs._pum(attribute, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = registry._pum_inputs(attribute.shape, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [200, 200, 200, 160, 200, 0, 40]
     h, e = math.exp(eps / 2), math.exp(eps)  # Def. 4 (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum), independently of the service's helpers
     theta = h / (h + 1)
