@@ -18,6 +18,7 @@ from accounts.models import LedgerEntry
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
 from ldpmarket.openapi import problems
+from mechanisms import registry
 
 from .filters import LedgerEntryFilter
 
@@ -36,7 +37,7 @@ class LedgerEntrySerializer(serializers.ModelSerializer):
     buyer = serializers.IntegerField(source="buyer_id", read_only=True, allow_null=True)
     mechanism = serializers.CharField(source="purchase_mechanism", read_only=True, allow_null=True,
                                       help_text="The purchase's mechanism (releases only): gradual_rr for chains; "
-                                                "urr, urap, rr3, lpp, private_sample; or a survey's.")
+                                                f"{', '.join(registry.ONESHOT_CODES)}; or a survey's.")
     guarantee_label = serializers.SerializerMethodField(
         help_text="What the epsilon guarantees: epsilon-LDP, epsilon-ULDP, or (improved Christofides) per-report "
                   "eps under a non-collusion assumption; empty for budget events and chain releases.")

@@ -83,6 +83,8 @@ def check_attribute(attribute: Attribute) -> None:
         tags = _distinct_texts(attribute.pum_tags, "pum_tags", maximum=MAX_TAGS)
         if len(labels) + len(tags) > 32767:
             raise InvalidAttribute("too many labels")
+    elif record.is_oneshot and kind == Attribute.Kind.CATEGORICAL:  # OUE, OLH
+        _distinct_texts(attribute.labels, "labels", minimum=2)
     elif kind == Attribute.Kind.TERNARY:
         if attribute.labels:
             _distinct_texts(attribute.labels, "labels", minimum=3, maximum=3)
