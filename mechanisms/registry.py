@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import estimators, private_sampling, rr3, surveys, uldp
+from . import estimators, olh, oue, private_sampling, rr3, surveys, uldp
 from .release_stats import (SIMPLEX3, Z95, PredictedError, Shape, em_matrix, empty_result, frequencies,
                             per_label)
 
@@ -441,7 +441,7 @@ def _lpp_estimate(shape: Shape, outputs: np.ndarray, charged, params: dict) -> d
     g = rr3.graph_estimates(*args)
     se_degree, se_weight = rr3.lpp_standard_errors(*args)
     names = list(shape.labels)
-    clean = lambda v: None if not math.isfinite(float(v)) else float(v)  # noqa: E731
+    clean = lambda v: None if not math.isfinite(float(v)) else float(v)
 
     def item(j: int) -> dict:
         row = {"item": names[j], "samples": int(g.samples[j]), "mean_weight": clean(g.mean_weight[j])}
@@ -626,11 +626,109 @@ IMPROVED_CHRISTOFIDES = _survey(
                                                                               pi))
 
 
+# ================================================================================ OUE and OLH (Wang et al. 2017)
+
+def _frequency_predict(variance) -> Callable:
+    def predict(shape: Shape, charged, params: dict, n: int) -> PredictedError:
+        """``variance(eps, n, f)`` at a population spread uniformly (``f = 1/m``) and at its worst, ``f = 1``
+        (the variance is linear in ``f`` and ``p (1 - p) >= q (1 - q)``)."""
+        m = shape.m
+        se = np.full(m, math.sqrt(float(variance(charged, n, 1.0 / m))))
+        worst = np.full(m, math.sqrt(float(variance(charged, n, 1.0))))
+        return PredictedError("frequency", float(se[0]), float(worst[0]), per_label(shape.labels, se, worst))
+    return predict
+
+
+def _frequency_estimate(shape: Shape, p_hat: np.ndarray, variance, charged, n: int) -> dict:
+    """Unbiased frequencies with standard errors at the estimate clipped to [0, 1], and their projection on the
+    simplex (no EM for these oracles: the projection is also given as the maximum-likelihood column)."""
+    se = np.sqrt(np.maximum(variance(charged, n, np.clip(p_hat, 0.0, 1.0)), 0.0))
+    projected = estimators.project_simplex(p_hat)
+    return {"frequencies": frequencies(shape.labels, p_hat, se, projected)}
+
+
+def _oue_honour(shape: Shape, charged, params: dict) -> None:
+    oue.other_threshold(charged)
+
+
+OUE = Mechanism(
+    code="oue", number=10, role=ONESHOT, kinds=(CATEGORICAL,), guarantee=LDP, bit_vector=True,
+    title="Optimized unary encoding (OUE, one-shot)", short="OUE",
+    owner_name="Randomized pattern of bits, one per possible answer (OUE)",
+    owner_explained="Each sale sends one bit per possible answer: the bit of your answer is a fair coin, every "
+                    "other bit is set at random with a small probability, so your answer is protected at the "
+                    "sale's ε.",
+    forms=(Form(("epsilon",), "the oue mechanism takes only epsilon"),),
+    width=lambda shape: shape.m, honour=_oue_honour,
+    draw=lambda shape, x, tags, charged, params, rng: oue.oue_perturb(x, charged, shape.m, rng).astype(np.int64),
+    predict=_frequency_predict(oue.oue_variance),
+    estimate=lambda shape, outputs, charged, params: _frequency_estimate(
+        shape, oue.oue_estimate(outputs, charged), oue.oue_variance, charged, outputs.shape[0]))
+
+#: An OLH output is stored as five 16-bit words: the seed ``a 2^32 + b`` (four words, low first) and the bucket.
+OLH_WIDTH = 5
+#: The largest bucket count stored (a bucket fits a signed 16-bit word): ``g <= 32767``, epsilon below 10.397.
+OLH_MAX_G = 32767
+
+
+def olh_pack(seeds: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """(n, 5) int64 of 16-bit words: the seed's four words (low first), then the bucket."""
+    s = np.asarray(seeds, dtype=np.uint64)
+    words = [((s >> np.uint64(16 * j)) & np.uint64(0xFFFF)).astype(np.int64) for j in range(4)]
+    return np.column_stack([*words, np.asarray(buckets, dtype=np.int64)])
+
+
+def olh_unpack(outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(seeds, buckets)`` from :func:`olh_pack`'s words (stored as signed 16-bit: masked back)."""
+    w = np.asarray(outputs, dtype=np.int64) & 0xFFFF
+    seeds = np.zeros(w.shape[0], dtype=np.uint64)
+    for j in range(4):
+        seeds |= w[:, j].astype(np.uint64) << np.uint64(16 * j)
+    return seeds, w[:, 4]
+
+
+def _olh_honour(shape: Shape, charged, params: dict) -> None:
+    g = olh.olh_g(charged)
+    if g > OLH_MAX_G:
+        raise Refused("epsilon", f"OLH stores each report's bucket in 16 bits, so epsilon must give at most "
+                                 f"{OLH_MAX_G} buckets (epsilon at most 10.397); {charged} gives {g}")
+
+
+def _olh_draw(shape: Shape, x, tags, charged, params: dict, rng) -> np.ndarray:
+    seeds, buckets = olh.olh_perturb(x, charged, shape.m, rng)
+    return olh_pack(seeds, buckets)
+
+
+def _olh_format(shape: Shape, out: np.ndarray) -> list[str]:
+    """``"seed:bucket"``: the buyer re-hashes with ``h(v) = ((a v + b) mod (2^31 - 1)) mod g``, ``seed = a 2^32 +
+    b`` and ``g = round(e^eps) + 1`` (docs/mechanisms-reference.md#oue-and-olh)."""
+    seeds, buckets = olh_unpack(out)
+    return [f"{s}:{y}" for s, y in zip(seeds.tolist(), buckets.tolist())]
+
+
+def _olh_estimate(shape: Shape, outputs: np.ndarray, charged, params: dict) -> dict:
+    seeds, buckets = olh_unpack(outputs)
+    return _frequency_estimate(shape, olh.olh_estimate(seeds, buckets, charged, shape.m), olh.olh_variance, charged,
+                               outputs.shape[0])
+
+
+OLH = Mechanism(
+    code="olh", number=11, role=ONESHOT, kinds=(CATEGORICAL,), guarantee=LDP,
+    title="Optimal local hashing (OLH, one-shot)", short="OLH",
+    owner_name="Randomized answer hashed into a few buckets (OLH)",
+    owner_explained="Each sale hashes your answer into one of a few buckets with a hash chosen at random for that "
+                    "sale, then randomizes the bucket, so your answer is protected at the sale's ε. It suits "
+                    "questions with many possible answers.",
+    forms=(Form(("epsilon",), "the olh mechanism takes only epsilon"),),
+    width=lambda shape: OLH_WIDTH, format_outputs=_olh_format, honour=_olh_honour, draw=_olh_draw,
+    predict=_frequency_predict(olh.olh_variance), estimate=_olh_estimate)
+
+
 # ============================================================================================ the table
 
 #: Every mechanism, in audit-number order.
 RECORDS: tuple[Mechanism, ...] = (GRADUAL_RR, URR, URAP, RR3, LPP, PRIVATE_SAMPLE, WARNER, SIMMONS, CHRISTOFIDES,
-                                  IMPROVED_CHRISTOFIDES)
+                                  IMPROVED_CHRISTOFIDES, OUE, OLH)
 REGISTRY: dict[str, Mechanism] = {r.code: r for r in RECORDS}
 assert [r.number for r in RECORDS] == list(range(len(RECORDS))), "audit numbers are the records' positions"
 

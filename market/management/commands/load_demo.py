@@ -177,6 +177,9 @@ def _oneshot_demos() -> list[OneShotDemo]:
     genres = ["rock", "jazz", "classical", "pop"]
     dists = np.round(rng.dirichlet([2, 0.5, 0.8, 3], size=100), 3)
     dists[:, -1] = np.round(1 - dists[:, :-1].sum(axis=1), 3)
+    products = [f"product-{j:04d}" for j in range(1, 1001)]
+    zipf = 1.0 / np.arange(1, 1001) ** 1.1  # a few popular products, a long tail
+    favourites = rng.choice(1000, size=3000, p=zipf / zipf.sum())
     return [
         OneShotDemo(
             title="Places visited (utility-optimized LDP)",
@@ -212,6 +215,15 @@ def _oneshot_demos() -> list[OneShotDemo]:
             name="genres", owner_prefix="demo-d-", raws=tuple({g: float(x) for g, x in zip(genres, row)}
                                                               for row in dists),
             attribute_description="How do you split your listening time between rock, jazz, classical and pop?"),
+        OneShotDemo(
+            title="Favourite products (1,000 labels, optimal local hashing)",
+            description=("3,000 owners' favourite among 1,000 products (a few popular, a long tail); sold through "
+                         "optimal local hashing (OLH), whose reports are a hash seed and one of a few buckets, so "
+                         "they stay small however many labels there are."),
+            attribute={"kind": Attribute.Kind.CATEGORICAL, "mechanism": Attribute.Mechanism.OLH,
+                       "labels": products},
+            name="favourite", owner_prefix="demo-h-", raws=tuple(products[i] for i in favourites),
+            attribute_description="Which of our 1,000 products is your favourite?"),
     ]
 
 
