@@ -203,7 +203,7 @@ def domain_problem(exc: DomainError, *, instance: str | None = None) -> HttpResp
         log.error("%s at %s: %s", type(exc).__name__, instance, exc, exc_info=exc)
         detail = "An internal error occurred; it has been logged."
     return problem_response(status=status, title=title, detail=detail, slug=slug, errors=exc.errors,
-                            instance=instance, headers=headers)
+                            instance=instance, headers=headers, extra=exc.extra)
 
 
 def trailing_slash_response(request) -> HttpResponse:

@@ -46,6 +46,8 @@ class DomainError(Exception):
     slug: str = ""
     title: str = ""
     retry_after: int | None = None
+    #: Members added to the problem document (``NothingToSell``: the candidates and why each was left out).
+    extra: dict | None = None
 
     @property
     def errors(self) -> dict[str, list[str]] | None:
@@ -233,6 +235,34 @@ class ParameterError(PurchaseError):
     @property
     def errors(self) -> dict[str, list[str]]:
         return {self.field: [str(self)]}
+
+
+class NotForSale(PurchaseError):
+    """The attribute's price policy is not valid, so nothing of it is sold."""
+
+    status = 409
+    slug = "not-for-sale"
+    title = "Not for sale"
+
+
+class NothingToSell(PurchaseError):
+    """No value of the attribute can be released at this epsilon now (``candidates`` and ``excluded`` say why)."""
+
+    status = 400
+    slug = "nothing-to-sell"
+    title = "Nothing to sell at this epsilon"
+
+    def __init__(self, message: str, *, extra: dict | None = None):
+        super().__init__(message)
+        self.extra = extra
+
+
+class InFlight(PurchaseError):
+    """A retry with the same Idempotency-Key while the purchase still runs."""
+
+    status = 409
+    slug = "in-flight"
+    title = "Still in flight"
 
 
 class TooFewRespondents(PurchaseError):

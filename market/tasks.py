@@ -17,17 +17,12 @@ import logging
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
-from django.db.models import F
-from django.utils import timezone
 
 from accounts.services import schedules_advance
 from ldpmarket.problems import PurchaseConflict, PurchaseError
 
 from .models import Purchase
-from .oneshot import execute
-from .purchases import purchase_fail
-from .progress import progress_reporter, progress_set
-from .selectors import request_size
+from .pipeline import purchase_fail, purchase_run
 from .services import chains_extend
 from .sweeper import sweep
 
@@ -57,27 +52,21 @@ def sweep_stranded() -> str:
 def run_purchase(self, purchase_id: int) -> str:
     """Run a claimed purchase, one-shot purchase or survey (API: large ones answer 202 and enqueue this on commit).
 
-    Idempotent: ``purchase_execute`` (``oneshot_execute``) returns a completed purchase as it is, and
-    its single transaction means a worker killed mid-way leaves nothing behind
-    (a killed pool process's message is redelivered, ``acks_late``; a killed worker's purchase is sent again by
-    the sweeper).  Starting it marks it ``running``, counts the attempt and renews its heartbeat.  A refused
-    purchase (``PurchaseError``: short of credit, ...) is recorded as failed with the
-    reason; database hiccups are retried with backoff, a bounded number of times.
+    One service call, ``market.pipeline.purchase_run``: idempotent (a completed purchase is returned as it is),
+    and its single transaction means a worker killed mid-way leaves nothing behind (a killed pool process's
+    message is redelivered, ``acks_late``; a killed worker's purchase is sent again by the sweeper).  It marks
+    the purchase ``running`` (an attempt, a heartbeat) and records a refused one (``PurchaseError``: short of
+    credit, ...) as failed with the reason; here a concurrent change is retried at once and database hiccups
+    with backoff, a bounded number of times.
     Progress goes to the cache, best-effort: a cache outage never fails the purchase.
     """
-    purchase = Purchase.objects.select_related("attribute").filter(id=purchase_id).first()
-    if purchase is None or purchase.status == Purchase.Status.COMPLETED:
-        return purchase.status if purchase else "missing"
-    _, total = request_size(purchase)
-    progress_set(purchase_id, 0, total)
-    Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
-        status=Purchase.Status.RUNNING, error="", attempts=F("attempts") + 1, heartbeat_at=timezone.now())
+    if not Purchase.objects.filter(id=purchase_id).exists():
+        return "missing"
     try:
-        return execute(purchase_id=purchase_id, progress=progress_reporter(purchase_id, total)).status
+        return purchase_run(purchase_id=purchase_id, conflicts_retried=True).status
     except PurchaseConflict as exc:  # a concurrent change: nothing was written, running again succeeds
         raise self.retry(exc=exc, countdown=1) from None
-    except PurchaseError as exc:
-        purchase_fail(purchase_id=purchase_id, error=str(exc))
+    except PurchaseError:  # recorded as failed, with the reason, by purchase_run
         return Purchase.Status.FAILED
     except SoftTimeLimitExceeded:
         purchase_fail(purchase_id=purchase_id, error="The purchase took too long and was stopped; nothing was "

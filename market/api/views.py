@@ -29,8 +29,6 @@ import io
 
 import numpy as np
 from django import forms
-from django.conf import settings
-from django.db import DatabaseError, connection, transaction
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django_filters import rest_framework as filters
@@ -50,19 +48,18 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from accounts import roles
-from ldpmarket import jobs
 from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, IdempotencyKeyRequired, PurchaseThrottle,
                            QuoteThrottle, UserThrottle)
 from ldpmarket.openapi import problems
-from ldpmarket.problems import (IdempotencyConflict, InsufficientCredit, ParameterError, PriceChanged, PurchaseConflict,
-                                PurchaseError, QuoteInvalid, TooFewRespondents)
-from market import domain, estimates, oneshot, oneshot_specs, progress, quotes, selectors
+from ldpmarket.problems import (IdempotencyConflict, InFlight, InsufficientCredit, NothingToSell, NotForSale,
+                                ParameterError, PriceChanged, PurchaseConflict, PurchaseError, QuoteInvalid,
+                                TooFewRespondents)
+from market import domain, estimates, oneshot_specs, pipeline, quotes, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
 from market.pseudonyms import pseudonyms
-from market.purchases import fingerprint, purchase_claim, purchase_fail
 
 from . import serializers as s
-from .problems import InFlight, NoOutputs, NotForSale, NothingToSell, PurchaseNotCompleted
+from .problems import NoOutputs, PurchaseNotCompleted
 
 
 class IsBuyer(permissions.IsAuthenticated):
@@ -172,26 +169,6 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
 
 # ------------------------------------------------------------------------------------------------ quotes
 
-def _policy_or_problem(attribute: Attribute):
-    policy = selectors.price_policy_or_none(attribute)
-    if policy is None:
-        raise NotForSale(f"The attribute {attribute.id} is not for sale: its price policy is not valid.")
-    return policy
-
-
-def _nothing_to_sell(q: selectors.Quote) -> NothingToSell:
-    why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_budget} have too little budget remaining "
-           f"(their ceiling minus what was already spent), {q.excluded_paused} are paused, "
-           f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
-    return NothingToSell(
-        f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
-        f"{why}. See the catalog's histogram for the epsilons available.",
-        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget,
-                                                        "paused": q.excluded_paused,
-                                                        "withdrawn": q.excluded_withdrawn,
-                                                        "no_raw": q.excluded_no_raw}})
-
-
 def _quote_payload(q: selectors.Quote) -> dict:
     p = q.predicted
     guarantee, charged = s.chain_release(q.mechanism, q.guarantee, q.charged_epsilon, q.epsilon)
@@ -215,7 +192,7 @@ def _quote_payload(q: selectors.Quote) -> dict:
 
 def _quote(buyer_id: int, attribute: Attribute, epsilon, cohort, spec) -> selectors.Quote:
     """A chain purchase's quote, or a one-shot purchase's or survey's (``spec``)."""
-    policy = _policy_or_problem(attribute)
+    policy = pipeline.policy_or_refuse(attribute)
     if spec is None:
         return quotes.quote_issue(buyer_id=buyer_id, attribute=attribute, epsilon=epsilon, cohort=cohort,
                                   policy=policy)
@@ -238,7 +215,7 @@ class QuoteView(APIView):
         v = data.validated_data
         q = _quote(request.user.id, v["attribute"], v.get("epsilon"), v["cohort"], v["spec"])
         if q.included == 0:
-            raise _nothing_to_sell(q)
+            raise pipeline.nothing_to_sell(q)
         return Response(s.QuoteSerializer(_quote_payload(q)).data)
 
 
@@ -332,27 +309,11 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         attribute, epsilon, cohort, quoted, spec = self._request(body.validated_data)
-        digest = (fingerprint(attribute_id=attribute.id, epsilon=epsilon, cohort=cohort) if spec is None
-                  else spec.fingerprint(attribute.id, cohort))
-        existing = Purchase.objects.filter(buyer_id=request.user.id, idempotency_key=key).first()
-        if existing is not None:
-            if existing.request_hash != digest:
-                raise IdempotencyConflict("This Idempotency-Key was already used for a different purchase.")
-            return self._replay(existing)
-        q = _quote(request.user.id, attribute, epsilon, cohort, spec)
-        if q.included == 0:
-            raise _nothing_to_sell(q)
-        if quoted is not None and q.price > quoted:
-            raise PriceChanged(f"The price is now {q.price}, more than the {quoted} quoted: ask for a new quote.")
-        if spec is None:
-            purchase, created = purchase_claim(buyer=request.user, attribute=attribute, epsilon=epsilon,
-                                               cohort=cohort, idempotency_key=key)
-        else:
-            purchase, created = oneshot.oneshot_claim(buyer=request.user, attribute=attribute, spec=spec,
-                                                      cohort=cohort, idempotency_key=key)
-        if not created:
-            return self._replay(purchase)
-        return self._run(purchase, q.candidates, q.included, created=True, max_price=quoted)
+        outcome = pipeline.purchase_request(
+            buyer=request.user, idempotency_key=key,
+            request=pipeline.PurchaseRequest(attribute=attribute, epsilon=epsilon, cohort=cohort, spec=spec,
+                                             quoted_price=quoted))
+        return self._respond(outcome.purchase, outcome.status_code)
 
     def _request(self, data):
         """``(attribute, epsilon, cohort, quoted price or None, spec or None)`` from the body or its quote."""
@@ -385,46 +346,6 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if spec is None and q["epsilon"] is None:
             raise drf_serializers.ValidationError({"quote": ["The quoted attribute is no longer sold this way."]})
         return attribute, q["epsilon"], q["cohort"], q["price"], spec
-
-    def _async(self, candidates: int) -> bool:
-        return candidates > settings.LDP_ASYNC_PURCHASE_THRESHOLD
-
-    def _run(self, purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None):
-        """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
-        if self._async(candidates):
-            progress.progress_set(purchase.id, 0, total)
-            jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
-            purchase.refresh_from_db()
-            return self._respond(purchase, 202)
-        Purchase.objects.filter(id=purchase.id, status__in=[Purchase.Status.PENDING, Purchase.Status.FAILED]).update(
-            status=Purchase.Status.RUNNING, error="")
-        try:
-            purchase = oneshot.execute(purchase_id=purchase.id, max_price=max_price,
-                                       progress=progress.progress_reporter(purchase.id, total))
-        except PurchaseError as exc:
-            purchase_fail(purchase_id=purchase.id, error=str(exc))
-            raise
-        return self._respond(purchase, 201 if created else 200)
-
-    def _replay(self, purchase: Purchase):
-        """The same key and body again: the completed purchase, or its current state, or run it if it stalled."""
-        if purchase.status == Purchase.Status.COMPLETED:
-            return self._respond(purchase, 200)
-        _policy_or_problem(purchase.attribute)  # running it again needs a valid price policy
-        candidates, total = selectors.request_size(purchase)
-        if purchase.status == Purchase.Status.FAILED:  # nothing was written: try again
-            return self._run(purchase, candidates, total, created=False)
-        if self._async(candidates):
-            # Pending, or "running" with nobody holding its row (a worker killed mid-way: its transaction rolled
-            # back): send it again.  The task is idempotent, so a copy still queued or redelivered later (Redis
-            # visibility timeout) finds it completed; one whose worker is just starting waits for its lock.
-            if purchase.status in (Purchase.Status.PENDING, Purchase.Status.RUNNING) and not _locked(purchase.id):
-                    jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
-            purchase.refresh_from_db()
-            return self._respond(purchase, 200 if purchase.status == Purchase.Status.COMPLETED else 202)
-        if _locked(purchase.id):
-            raise InFlight("A purchase with this Idempotency-Key is still in flight; retry when it has finished.")
-        return self._run(purchase, candidates, total, created=False)
 
     def _respond(self, purchase: Purchase, status: int):
         purchase = Purchase.objects.select_related("attribute").get(id=purchase.id)
@@ -519,18 +440,6 @@ class SurveyViewSet(PurchaseViewSet):
                    **problems(401, 403, 429, *CREATE_PROBLEMS)})
     def create(self, request, *args, **kwargs):
         return super().create(request, *args, **kwargs)
-
-
-def _locked(purchase_id: int) -> bool:
-    """Whether another transaction holds the purchase row (it is being executed right now)."""
-    if not connection.features.has_select_for_update_nowait:
-        return False
-    try:
-        with transaction.atomic():
-            list(Purchase.objects.select_for_update(nowait=True).filter(id=purchase_id).values_list("id"))
-        return False
-    except DatabaseError:
-        return True
 
 
 # ------------------------------------------------------------------------------------------ output rows

@@ -73,7 +73,7 @@ def test_every_error_class_declares_its_own_status_type_and_title():
     classes = concrete()
     # the enumeration finds the errors of every layer (a broken walk would make the rest vacuous)
     assert {"ldpmarket.problems.PriceChanged", "ldpmarket.problems.PurchaseConflict", "ldpmarket.problems.ParameterError",
-            "ldpmarket.problems.BudgetError", "market.api.problems.NotForSale"} <= set(classes)
+            "ldpmarket.problems.BudgetError", "market.api.problems.NoOutputs"} <= set(classes)
     types = {}
     for name, cls in sorted(classes.items()):
         status, slug, title = declared(cls)
