@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone as djtz
 
-from ldpmarket import bulk, pgbinary
+from ldpmarket import pgbinary, storage
 
-from .epsilon import from_micro, to_micro
+from .epsilon import to_micro
 from .models import LedgerBlock, LedgerEntry, LedgerHead
 
 GENESIS = "0" * 64
@@ -110,65 +110,32 @@ def append(rows: Rows) -> LedgerBlock:
     return block
 
 
-def _column(values: np.ndarray, convert) -> list:
-    """``[convert(v) for v in values]`` evaluated once per distinct value (-1 means NULL)."""
-    distinct, inverse = np.unique(values, return_inverse=True)
-    table = [None if v < 0 else convert(int(v)) for v in distinct.tolist()]
-    return [table[i] for i in inverse.reshape(-1).tolist()]
-
-
 def _insert_entries(block, created_at, rec) -> None:
-    """Set-based insert of a block's entries: one binary COPY built from the records on PostgreSQL
-    (``ldpmarket.pgbinary``, no Python object per entry), executemany elsewhere."""
-
-
+    """Set-based insert of a block's entries, built from the records as columns
+    (``ldpmarket.storage.write_columns``: one binary COPY on PostgreSQL, no Python object per entry)."""
     n = rec.shape[0]
-    if connection.vendor == "postgresql":
-        Col = pgbinary.Column
-        micro_col = lambda name: Col.numeric(rec[name], 6, null=rec[name] < 0)  # noqa: E731
-        with connection.cursor() as cur:
-            pgbinary.copy_columns(cur.cursor, LedgerEntry._meta.db_table, {
-                "block_id": Col.int8(np.full(n, block.id)),
-                "value_id": Col.int8(rec["value"]),
-                "purchase_id": Col.int8(rec["reference"], null=rec["reference"] < 0),
-                "kind": Col.text(rec["kind"], KINDS),
-                "created_at": Col.timestamp(np.full(n, micros(created_at))),
-                "epsilon": micro_col("epsilon"),
-                "chain_loss_before": micro_col("chain_before"),
-                "chain_loss_after": micro_col("chain_after"),
-                "oneshot_loss_before": micro_col("oneshot_before"),
-                "oneshot_loss_after": micro_col("oneshot_after"),
-                "ceiling": micro_col("ceiling"),
-                "schedule_start": micro_col("sched_start"),
-                "schedule_cap": micro_col("sched_cap"),
-                "schedule_start_at": Col.timestamp(rec["sched_start_at"], null=rec["sched_start_at"] < 0),
-                "schedule_end_at": Col.timestamp(rec["sched_end_at"], null=rec["sched_end_at"] < 0),
-                "schedule_shape": Col.text(rec["sched_shape"], SHAPES),
-                "schedule_steps": Col.int4(rec["sched_steps"], null=rec["sched_steps"] < 0),
-                "guarantee": Col.text(rec["guarantee"], GUARANTEES),
-            }, n)
-        return
-    columns = {
-        "block_id": [block.id] * n,
-        "value_id": rec["value"].tolist(),
-        "purchase_id": _column(rec["reference"], lambda v: v),
-        "kind": _column(rec["kind"], lambda v: KINDS[v]),
-        "created_at": [created_at] * n,
-        "epsilon": _column(rec["epsilon"], from_micro),
-        "chain_loss_before": _column(rec["chain_before"], from_micro),
-        "chain_loss_after": _column(rec["chain_after"], from_micro),
-        "oneshot_loss_before": _column(rec["oneshot_before"], from_micro),
-        "oneshot_loss_after": _column(rec["oneshot_after"], from_micro),
-        "ceiling": _column(rec["ceiling"], from_micro),
-        "schedule_start": _column(rec["sched_start"], from_micro),
-        "schedule_cap": _column(rec["sched_cap"], from_micro),
-        "schedule_start_at": _column(rec["sched_start_at"], _dt),
-        "schedule_end_at": _column(rec["sched_end_at"], _dt),
-        "schedule_shape": [SHAPES[v] for v in rec["sched_shape"].tolist()],
-        "schedule_steps": _column(rec["sched_steps"], lambda v: v),
-        "guarantee": [GUARANTEES[v] for v in rec["guarantee"].tolist()],
-    }
-    bulk.insert_rows(LedgerEntry._meta.db_table, list(columns), zip(*columns.values()))
+    Col = pgbinary.Column
+    micro_col = lambda name: Col.numeric(rec[name], 6, null=rec[name] < 0)  # noqa: E731
+    storage.write_columns(LedgerEntry._meta.db_table, {
+        "block_id": Col.int8(np.full(n, block.id)),
+        "value_id": Col.int8(rec["value"]),
+        "purchase_id": Col.int8(rec["reference"], null=rec["reference"] < 0),
+        "kind": Col.text(rec["kind"], KINDS),
+        "created_at": Col.timestamp(np.full(n, micros(created_at))),
+        "epsilon": micro_col("epsilon"),
+        "chain_loss_before": micro_col("chain_before"),
+        "chain_loss_after": micro_col("chain_after"),
+        "oneshot_loss_before": micro_col("oneshot_before"),
+        "oneshot_loss_after": micro_col("oneshot_after"),
+        "ceiling": micro_col("ceiling"),
+        "schedule_start": micro_col("sched_start"),
+        "schedule_cap": micro_col("sched_cap"),
+        "schedule_start_at": Col.timestamp(rec["sched_start_at"], null=rec["sched_start_at"] < 0),
+        "schedule_end_at": Col.timestamp(rec["sched_end_at"], null=rec["sched_end_at"] < 0),
+        "schedule_shape": Col.text(rec["sched_shape"], SHAPES),
+        "schedule_steps": Col.int4(rec["sched_steps"], null=rec["sched_steps"] < 0),
+        "guarantee": Col.text(rec["guarantee"], GUARANTEES),
+    }, n)
 
 
 def _dt(v: int):

@@ -3,7 +3,7 @@
 Read side (selectors, no writes; nothing here imports the interfaces below):
 
 * :mod:`audit.codes` -- the code lists the checks compare (entry kinds, statuses, guarantees, the mechanism table);
-* :mod:`audit.sql` -- the dialect-specific SQL (PostgreSQL and SQLite): every ``connection.vendor`` branch of the audit;
+* :mod:`audit.sql` -- the dialect-specific SQL (PostgreSQL and SQLite): every dialect branch of the audit;
 * :mod:`audit.tables` -- each table read once into exact integer numpy columns;
 * :mod:`audit.report` -- the report: checks, sections, text and JSON;
 * :mod:`audit.hashchain`, :mod:`audit.replay`, :mod:`audit.budgets`, :mod:`audit.purchases`, :mod:`audit.money` --

@@ -17,13 +17,14 @@ from django.db import connection, transaction
 from django.db.models import CharField, F, Func, Value
 
 from accounts.epsilon import MICRO
+from ldpmarket import storage
 from market.pgcopy import copy_out, parse_rows
 
 from .codes import MONEY_UNITS
 
 
 def postgresql() -> bool:
-    return connection.vendor == "postgresql"
+    return storage.is_postgresql()
 
 
 # ------------------------------------------------------------------------------------------- expressions

@@ -24,7 +24,8 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import numpy as np
 
@@ -171,6 +172,11 @@ class Column:
     data: np.ndarray
     null: np.ndarray | None = None
     choices: Sequence[str] | None = None  # a text column: data holds indices into choices
+    #: What ``values`` decodes: "numeric" (from ``units`` / 10**``scale``), "timestamp", or None (integers,
+    #: texts by their choices, bytes as they are).  Binary COPY reads only ``data``.
+    kind: str | None = None
+    units: np.ndarray | None = None
+    scale: int = 0
 
     @classmethod
     def int8(cls, values, null=None) -> "Column":
@@ -182,17 +188,45 @@ class Column:
 
     @classmethod
     def numeric(cls, units, scale: int, null=None) -> "Column":
-        return cls(numeric_fixed(np.where(null, 0, units) if null is not None else units, scale), null)
+        units = np.where(null, 0, units) if null is not None else units
+        return cls(numeric_fixed(units, scale), null, kind="numeric", units=units, scale=scale)
 
     @classmethod
     def timestamp(cls, micros_since_unix, null=None) -> "Column":
         """From int64 microseconds since 1970 (as ``accounts.ledger.micros``)."""
         shift = timestamp_micros(datetime(1970, 1, 1, tzinfo=timezone.utc))
-        return cls((np.asarray(micros_since_unix, dtype=np.int64) + shift).astype(">i8"), null)
+        return cls((np.asarray(micros_since_unix, dtype=np.int64) + shift).astype(">i8"), null, kind="timestamp")
 
     @classmethod
     def text(cls, codes, choices: Sequence[str], null=None) -> "Column":
         return cls(np.asarray(codes, dtype=np.int64), null, list(choices))
+
+    def values(self) -> list:
+        """The column as Python values, None for NULLs: ``int``, ``Decimal`` with ``scale`` places, aware UTC
+        ``datetime``, ``str`` or ``bytes`` -- what an ``executemany`` binds where binary COPY is not available
+        (``ldpmarket.storage.write_columns`` on SQLite).  Each distinct value is converted once."""
+        if self.data.ndim > 1 and self.kind != "numeric":
+            out = [bytes(row) for row in np.ascontiguousarray(self.data)]
+        else:
+            if self.kind == "numeric":
+                raw, quantum = np.asarray(self.units, dtype=np.int64).reshape(-1), Decimal(1).scaleb(-self.scale)
+                convert = lambda v: (Decimal(v) / 10 ** self.scale).quantize(quantum)  # noqa: E731
+            elif self.kind == "timestamp":
+                raw = self.data.astype(np.int64)
+                convert = lambda v: PG_EPOCH + timedelta(microseconds=v)  # noqa: E731
+            elif self.choices is not None:
+                raw, convert = self.data.astype(np.int64), self.choices.__getitem__
+            else:
+                raw, convert = self.data.astype(np.int64), None
+            if convert is None:
+                out = raw.tolist()
+            else:
+                distinct, inverse = np.unique(raw, return_inverse=True)
+                table = [convert(v) for v in distinct.tolist()]
+                out = [table[i] for i in inverse.reshape(-1).tolist()]
+        if self.null is not None:
+            out = [None if n else v for v, n in zip(out, np.asarray(self.null, dtype=bool).tolist())]
+        return out
 
 
 def copy_columns(cursor, table: str, columns: dict[str, Column], n: int) -> None:

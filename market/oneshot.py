@@ -59,7 +59,7 @@ from django.utils import timezone
 from accounts import ledger, roles
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
-from ldpmarket import bulk
+from ldpmarket import storage
 from ldpmarket.problems import PurchaseError, TooFewRespondents
 
 from . import domain, sealing
@@ -160,7 +160,7 @@ def oneshot_execute(*, purchase_id: int, rng=None, progress=None, max_price=None
 
         now = timezone.now()
         after = cand.oneshot_loss[inc] + e
-        bulk.update_rows(BudgetAccount._meta.db_table, "value_id", ["oneshot_loss", "updated_at"],
+        storage.update_rows(BudgetAccount._meta.db_table, "value_id", ["oneshot_loss", "updated_at"],
                          zip(cand.value_ids[inc].tolist(), _decimals(after), [now] * inc.size),
                          types={"value_id": "bigint", "oneshot_loss": "numeric(12,6)", "updated_at": "timestamptz"})
         if inc.size:

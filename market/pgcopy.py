@@ -34,6 +34,7 @@ from django.db import connection
 
 from accounts.epsilon import MICRO
 from accounts.models import BudgetAccount
+from ldpmarket import storage
 from ldpmarket.pgbinary import (  # noqa: F401  (re-exported: the binary COPY primitives)
     HEADER, SIGNATURE, TRAILER, CopyFormatError, binary_rows, copy_in, copy_out, numeric_fixed, parse_rows)
 
@@ -218,12 +219,7 @@ def enabled() -> bool:
 
     Tests patch it to run the generic path on PostgreSQL and compare the two.
     """
-    if connection.vendor != "postgresql":
-        return False
-    # PostgreSQL only: Django's PostgreSQL backend needs psycopg, which an SQLite set-up need not have
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
+    return storage.has_binary_copy()
 
 
 def extend_batch(attribute: Attribute, grid: chains.Grid, ids: Sequence[int], rng) -> int:

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, F
 from django.db.models.functions import Cast, Round
 from django.utils import timezone
@@ -35,7 +35,7 @@ from django.utils import timezone
 from accounts import ledger, roles
 from accounts.epsilon import MAX_SALE_EPSILON, from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
-from ldpmarket import bulk, pgbinary
+from ldpmarket import pgbinary, storage
 from ldpmarket.problems import (
     IdempotencyConflict,
     InsufficientCredit,
@@ -208,36 +208,18 @@ def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
     MoneyAccount.objects.bulk_create([MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM),
                                       MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)],
                                      ignore_conflicts=True)
-    table = MoneyAccount._meta.db_table
     units = micro_units("balance")
     platform = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
                 .values_list("id", units).get())
     mine = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.BUYER_CREDIT, user=buyer)
             .values_list("id", units).get())
-    rows: list = []
-    if owners.size:
-        with connection.cursor() as cur:
-            if connection.vendor == "postgresql":
-                # Lock the existing accounts by id.  Only if some owner has none yet: create the missing ones
-                # and lock the whole set again by id (re-locking a held row is free), so the locks are
-                # still taken in one order whatever a concurrent purchase created meanwhile.
-                lock = (f"SELECT user_id, id, round(balance * {UNITS})::bigint FROM {table} "
-                        f"WHERE kind = %s AND user_id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE")
-                cur.execute(lock, [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
-                rows = cur.fetchall()
-                if len(rows) < owners.size:
-                    cur.execute(f"INSERT INTO {table} (user_id, kind, balance) SELECT u, %s, 0 "
-                                f"FROM unnest(%s::bigint[]) u ON CONFLICT DO NOTHING",
-                                [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
-                    cur.execute(lock, [MoneyAccount.Kind.OWNER_EARNINGS, owners.tolist()])
-                    rows = cur.fetchall()
-            else:  # SQLite: no row locks; the database is locked for writing by the transaction
-                MoneyAccount.objects.bulk_create(
-                    [MoneyAccount(user_id=o, kind=MoneyAccount.Kind.OWNER_EARNINGS) for o in owners.tolist()],
-                    ignore_conflicts=True, batch_size=5000)
-                rows = [r for start in range(0, owners.size, 900) for r in MoneyAccount.objects.filter(
-                    kind=MoneyAccount.Kind.OWNER_EARNINGS, user_id__in=owners[start:start + 900].tolist())
-                    .values_list("user_id", "id", units)]
+    # Lock the existing accounts by id.  Only if some owner has none yet: create the missing ones and lock the
+    # whole set again by id (re-locking a held row is free), so the locks are still taken in one order whatever
+    # a concurrent purchase created meanwhile (SQLite: no row locks; the database is locked for writing by the
+    # transaction).
+    rows = storage.lock_or_create(MoneyAccount._meta.db_table, "user_id", owners,
+                                  select=f"user_id, id, CAST(round(balance * {UNITS}) AS bigint)",
+                                  match={"kind": MoneyAccount.Kind.OWNER_EARNINGS.value}, defaults={"balance": 0})
     got = np.array(rows, dtype=np.int64).reshape(-1, 3)
     order = np.argsort(got[:, 0], kind="stable")
     got = got[order]
@@ -260,7 +242,7 @@ def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.
     eps_blobs, out_blobs = grown.blobs()
     heads, head_out = grown.head(), grown.head_output().astype("<i2")
     lengths = grown.lengths
-    bulk.update_rows(
+    storage.update_rows(
         Chain._meta.db_table, "value_id", ["epsilons", "outputs", "length", "head", "head_output", "updated_at"],
         ((int(v), eps_blobs[i], out_blobs[i], int(lengths[i]), from_micro(int(heads[i])), head_out[i].tobytes(), now)
          for v, i in zip(value_ids.tolist(), rows.tolist())),
@@ -270,17 +252,8 @@ def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.
 
 def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
     """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
-    if value_ids.size == 0:
-        return
-    table = BudgetAccount._meta.db_table
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute(f"UPDATE {table} b SET chain_loss = %s, updated_at = %s FROM unnest(%s::bigint[]) u(id) "
-                        f"WHERE b.value_id = u.id", [from_micro(e), now, value_ids.tolist()])
-        return
-    bulk.update_rows(table, "value_id", ["chain_loss", "updated_at"],
-                     zip(value_ids.tolist(), [from_micro(e)] * value_ids.size, [now] * value_ids.size),
-                     types={"value_id": "bigint", "chain_loss": "numeric(12,6)", "updated_at": "timestamptz"})
+    storage.set_where_in(BudgetAccount._meta.db_table, "value_id", value_ids,
+                         {"chain_loss": from_micro(e), "updated_at": now}, alias="b")
 
 
 def _release_rows(cand: Candidates, inc: np.ndarray, e: int, purchase_id: int) -> ledger.Rows:
@@ -301,21 +274,12 @@ def _write_holdings(buyer, value_ids: np.ndarray, held: np.ndarray, holding_ids:
     """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
     up = holding_ids[(held > 0) & (held < e)]
     new = value_ids[held == 0]
-    if connection.vendor == "postgresql":  # binary COPY for the new rows
-        table = Holding._meta.db_table
-        with connection.cursor() as cur:
-            if up.size:
-                cur.execute(f"UPDATE {table} h SET epsilon = %s FROM unnest(%s::bigint[]) u(id) WHERE h.id = u.id",
-                            [from_micro(e), up.tolist()])
-            pgbinary.copy_columns(cur.cursor, table, {
-                "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer.id)),
-                "value_id": pgbinary.Column.int8(new),
-                "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
-        return
-    bulk.update_rows(Holding._meta.db_table, "id", ["epsilon"], ((int(i), from_micro(e)) for i in up),
-                     types={"id": "bigint", "epsilon": "numeric(12,6)"})
-    bulk.insert_rows(Holding._meta.db_table, ["buyer_id", "value_id", "epsilon"],
-                     zip([buyer.id] * new.size, new.tolist(), [from_micro(e)] * new.size))
+    table = Holding._meta.db_table
+    storage.set_where_in(table, "id", up, {"epsilon": from_micro(e)}, alias="h")
+    storage.write_columns(table, {  # binary COPY for the new rows on PostgreSQL
+        "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer.id)),
+        "value_id": pgbinary.Column.int8(new),
+        "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
 
 
 def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> None:
@@ -335,18 +299,7 @@ def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) ->
     ids, moves, after = ids[keep], moves[keep], after[keep]
     slot = np.flatnonzero(keep)  # 0 buyer, 1 platform, 2.. owners
     now = timezone.now()
-    if connection.vendor == "postgresql":
-        _move_money_pg(purchase, ids, moves, after, slot, now)
-        return
-    memos = np.array(MEMOS)[np.minimum(slot, 2)]
-    kinds = np.array(ENTRY_KINDS)[np.minimum(slot, 2)]
-    as_dec = lambda a: _column_units(a)  # noqa: E731
-    bulk.update_rows(MoneyAccount._meta.db_table, "id", ["balance"], zip(ids.tolist(), as_dec(after)),
-                     types={"id": "bigint", "balance": "numeric(16,4)"})
-    bulk.insert_rows(MoneyEntry._meta.db_table,
-                     ["account_id", "purchase_id", "amount", "balance_after", "memo", "kind", "created_at"],
-                     zip(ids.tolist(), [purchase.id] * ids.size, as_dec(moves), as_dec(after), memos.tolist(),
-                         kinds.tolist(), [now] * ids.size))
+    _write_money(purchase, ids, moves, after, slot, now)
 
 
 MEMOS = ("purchase", "platform fee", "share of a sale")
@@ -354,36 +307,25 @@ MEMOS = ("purchase", "platform fee", "share of a sale")
 ENTRY_KINDS = (MoneyEntry.Kind.PURCHASE.value, MoneyEntry.Kind.FEE.value, MoneyEntry.Kind.EARNING.value)
 
 
-def _move_money_pg(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarray, slot: np.ndarray, now) -> None:
-    """PostgreSQL: the balances by binary COPY into a temporary table and one ``UPDATE ... FROM``; the entries
-    by one binary COPY.  ``slot`` is each movement's place in (buyer, platform, owners...): it picks the memo.
+def _write_money(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarray, slot: np.ndarray, now) -> None:
+    """The balances (``storage.update_columns``: on PostgreSQL binary COPY into a temporary table and one
+    ``UPDATE ... FROM``) and the entries (``storage.write_columns``: one binary COPY).  ``slot`` is each
+    movement's place in (buyer, platform, owners...): it picks the memo.
     """
-    money, entry = MoneyAccount._meta.db_table, MoneyEntry._meta.db_table
-    with connection.cursor() as wrapper:
-        cur = wrapper.cursor
-        cur.execute("CREATE TEMP TABLE ldp_money_after (id bigint, balance numeric(16, 4)) ON COMMIT DROP")
-        pgbinary.copy_columns(cur, "ldp_money_after", {"id": pgbinary.Column.int8(ids),
-                                                       "balance": pgbinary.Column.numeric(after, 4)}, ids.size)
-        cur.execute(f"UPDATE {money} a SET balance = t.balance FROM ldp_money_after t WHERE a.id = t.id")
-        updated = cur.rowcount
-        cur.execute("DROP TABLE ldp_money_after")
-        if updated != ids.size:
-            raise RuntimeError(f"money moved for {updated} accounts instead of {ids.size}")
-        pgbinary.copy_columns(cur, entry, {
-            "account_id": pgbinary.Column.int8(ids),
-            "purchase_id": pgbinary.Column.int8(np.full(ids.size, purchase.id)),
-            "amount": pgbinary.Column.numeric(moves, 4),
-            "balance_after": pgbinary.Column.numeric(after, 4),
-            "memo": pgbinary.Column.text(np.minimum(slot, 2), MEMOS),
-            "kind": pgbinary.Column.text(np.minimum(slot, 2), ENTRY_KINDS),
-            "created_at": pgbinary.Column.int8(np.full(ids.size, pgbinary.timestamp_micros(now)))}, ids.size)
-
-
-def _column_units(values: np.ndarray) -> list:
-    """Integer ten-thousandths as Decimals, converting each distinct amount once."""
-    distinct, inverse = np.unique(values, return_inverse=True)
-    table = [units_to_decimal(int(v)) for v in distinct.tolist()]
-    return [table[i] for i in inverse.reshape(-1).tolist()]
+    Col = pgbinary.Column
+    updated = storage.update_columns(MoneyAccount._meta.db_table, "id",
+                                     {"id": Col.int8(ids), "balance": Col.numeric(after, 4)}, ids.size,
+                                     types={"id": "bigint", "balance": "numeric(16, 4)"}, temp="ldp_money_after")
+    if updated != ids.size:
+        raise RuntimeError(f"money moved for {updated} accounts instead of {ids.size}")
+    storage.write_columns(MoneyEntry._meta.db_table, {
+        "account_id": Col.int8(ids),
+        "purchase_id": Col.int8(np.full(ids.size, purchase.id)),
+        "amount": Col.numeric(moves, 4),
+        "balance_after": Col.numeric(after, 4),
+        "memo": Col.text(np.minimum(slot, 2), MEMOS),
+        "kind": Col.text(np.minimum(slot, 2), ENTRY_KINDS),
+        "created_at": Col.timestamp(np.full(ids.size, ledger.micros(now)))}, ids.size)
 
 
 def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:

@@ -5,14 +5,12 @@ work is enqueued only on commit.
 """
 from __future__ import annotations
 
-import itertools
-
 from contextlib import contextmanager
 from datetime import datetime
 
 import numpy as np
 from django.conf import settings
-from django.db import Error, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -20,6 +18,7 @@ from accounts import ledger, roles
 from accounts.epsilon import from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.services import BudgetError, Schedule, event_rows
+from ldpmarket import storage
 
 from . import chains, domain, pgcopy, sealing
 from .models import Attribute, Chain, Value
@@ -177,45 +176,21 @@ def _extension_running(attribute_id: int):
     """Mark an extension of the attribute as running, for the sweeper (``market.sweeper``), on PostgreSQL: a
     shared advisory lock (extensions still run side by side), held by the session, so a killed worker's lock
     ends with its session; inside a transaction, until it ends."""
-    if connection.vendor != "postgresql":
+    with storage.advisory_lock_shared(*extension_lock_key(attribute_id)):
         yield
-        return
-    key = list(extension_lock_key(attribute_id))
-    scoped = connection.in_atomic_block
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT pg_advisory{'_xact' if scoped else ''}_lock_shared(%s, %s)", key)
-    try:
-        yield
-    finally:
-        if not scoped:
-            try:
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock_shared(%s, %s)", key)
-            except Error:  # the session is gone, and its lock with it
-                pass
 
 
 def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int:
     batch_size = batch_size or settings.LDP_EXTENSION_BATCH
     grid = chains.Grid.of(attribute)
     pending = _extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True)
-    extended, last = 0, 0
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        # One query, streamed: a server-side cursor (WITH HOLD in autocommit, so it outlives each batch's
-        # commit) hands out the ids batch by batch.  Re-running the join per batch (keyset) costs a scan per
-        # batch, quadratic in n.  A listed id that no longer needs growth is skipped under its lock.
-        stream = pending.iterator(chunk_size=batch_size)
-        while ids := list(itertools.islice(stream, batch_size)):
-            with transaction.atomic():
-                extended += _extend_batch(attribute, grid, ids, rng)
-        return extended
-    while True:
-        ids = list(pending.filter(value_id__gt=last)[:batch_size])
-        if not ids:
-            return extended
+    extended = 0
+    # One query, streamed on PostgreSQL (a server-side cursor outliving each batch's commit; keyset batches
+    # elsewhere: storage.id_batches).  A listed id that no longer needs growth is skipped under its lock.
+    for ids in storage.id_batches(pending, "value_id", batch_size):
         with transaction.atomic():
             extended += _extend_batch(attribute, grid, ids, rng)
-        last = ids[-1]
+    return extended
 
 
 def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) -> int:

@@ -28,12 +28,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from ldpmarket import jobs
+from ldpmarket import jobs, storage
 
 from .eligible import micro
 from .models import Attribute, Chain, Purchase
@@ -106,14 +106,7 @@ def stranded_extensions(*, cutoff: datetime) -> list[int]:
 
 def extensions_running() -> set[int]:
     """Second keys of the extension locks held now (PostgreSQL; elsewhere nothing runs concurrently)."""
-    if connection.vendor != "postgresql":
-        return set()
-    with connection.cursor() as cur:
-        cur.execute("SELECT DISTINCT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND classid = %s::bigint::oid AND objsubid = 2 "
-                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                    [EXTENSION_LOCK])
-        return {r[0] for r in cur.fetchall()}
+    return storage.advisory_locks_held(EXTENSION_LOCK)
 
 
 def sweep_extensions(*, cutoff: datetime) -> list[int]:

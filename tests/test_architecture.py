@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,11 @@ PACKAGES = ("mechanisms", "ldpmarket", "accounts", "market", "audit", "portal")
 LAYERED = ("accounts", "market", "audit", "portal")
 #: Modules outside the layers: Django's app configs and package markers.
 UNLAYERED_NAMES = ("apps", "__init__")
+#: The only modules that ask which database they are on (docs/architecture.md#storage): the storage plumbing and
+#: the audit's own dialect SQL (migrations are not scanned).
+DIALECT_MODULES = ("ldpmarket/storage.py", "audit/sql.py")
+#: Asking which database: a connection's ``vendor``, or reaching into Django's PostgreSQL backend.
+DIALECT_QUESTION = re.compile(r"\.vendor\b|backends\.postgresql")
 
 
 def _source_files() -> list[Path]:
@@ -27,6 +33,21 @@ def _source_files() -> list[Path]:
 
 def _module(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _dialect_questions(paths, root: Path = ROOT) -> list[str]:
+    return [f"{path.relative_to(root)}:{i}: {line.strip()}" for path in paths
+            for i, line in enumerate(path.read_text().splitlines(), 1) if DIALECT_QUESTION.search(line)]
+
+
+def test_one_storage_module():
+    """Only ``ldpmarket.storage`` (and the audit's ``audit.sql``) ask which database they are on: every other
+    module calls their dialect-neutral operations, so no app holds a PostgreSQL/SQLite branch of its own."""
+    others = [p for p in _source_files() if p.relative_to(ROOT).as_posix() not in DIALECT_MODULES]
+    found = _dialect_questions(others)
+    assert not found, "dialect branches outside ldpmarket/storage.py and audit/sql.py:\n" + "\n".join(found)
+    # not vacuous: the scan finds the storage module's own question
+    assert any("connection.vendor" in f for f in _dialect_questions([ROOT / "ldpmarket" / "storage.py"]))
 
 
 def test_the_import_linter_contracts_hold():
@@ -72,6 +93,12 @@ def test_no_module_imports_itself_through_others(graph):
             if back:
                 cycles.append(" -> ".join((importer, *back)))
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_storage_module_is_plumbing(graph):
+    """``ldpmarket.storage`` imports, of the project, ``ldpmarket.pgbinary`` only (and nothing that imports it
+    back): any app may call it."""
+    assert graph.find_modules_directly_imported_by("ldpmarket.storage") == {"ldpmarket.pgbinary"}
 
 
 def _bare_function_imports(path: Path, root: Path = ROOT) -> list[str]:

@@ -1,0 +1,274 @@
+"""The storage dialects: every PostgreSQL/SQLite difference of the apps, in this one module (docs/architecture.md#storage).
+
+The apps ask for set-based operations -- write many rows, update many rows,
+lock-or-create keyed rows, take advisory locks, stream ids -- and each one
+here has a PostgreSQL path (binary or text ``COPY``, ``unnest`` arrays, row
+locks, server-side cursors: no Python work per row) and an SQLite path
+(``executemany``, keyset batches; SQLite has no row locks: a writing
+transaction holds the whole database).  Nothing else outside migrations,
+tests and the audit's own dialect module (``audit.sql``) asks which database
+it is on.  Plumbing: this module imports no app.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import numpy as np
+from django.db import Error, connection
+
+from . import pgbinary
+
+#: Most parameters one SQLite statement takes (its historical SQLITE_MAX_VARIABLE_NUMBER is 999).
+SQLITE_MAX_PARAMS = 900
+
+
+def is_postgresql() -> bool:
+    """Whether the default database is PostgreSQL (otherwise SQLite, the tests' and the demo's default)."""
+    return connection.vendor == "postgresql"
+
+
+def has_binary_copy() -> bool:
+    """Whether binary ``COPY`` is available: PostgreSQL through psycopg 3 (its ``cursor.copy``)."""
+    if not is_postgresql():
+        return False
+    # PostgreSQL only: Django's PostgreSQL backend needs psycopg, which an SQLite set-up need not have
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
+
+
+def _adapt(rows):
+    """Values as Django would store them on SQLite (datetimes; decimals go through Django's sqlite3 adapter)."""
+    ops = connection.ops
+    for row in rows:
+        yield tuple(ops.adapt_datetimefield_value(v) if isinstance(v, datetime) else v for v in row)
+
+
+# ------------------------------------------------------------------------------------------- writing rows
+
+def insert_rows(table: str, columns: list[str], rows) -> None:
+    """Append ``rows`` (tuples in ``columns`` order) to ``table``.
+
+    PostgreSQL: one text ``COPY table (columns) FROM STDIN``.  SQLite: one ``INSERT`` executemany.
+    """
+    rows = list(rows)
+    if not rows:
+        return
+    cols = ", ".join(columns)
+    with connection.cursor() as cur:
+        if is_postgresql():
+            with cur.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            marks = ", ".join(["%s"] * len(columns))
+            cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", list(_adapt(rows)))
+
+
+def update_rows(table: str, key: str, columns: list[str], rows, *, types: dict[str, str]) -> None:
+    """``UPDATE table SET col = value ... WHERE key = row key`` for every row ``(key, *values)``.
+
+    The caller holds the rows' locks and computed the final values.  PostgreSQL: text ``COPY`` into a
+    temporary table (``types`` gives each column's SQL type) and one ``UPDATE ... FROM``.  SQLite: one
+    ``UPDATE`` executemany.
+    """
+    rows = list(rows)
+    if not rows:
+        return
+    with connection.cursor() as cur:
+        if is_postgresql():
+            tmp = f"tmp_{table}"
+            defs = ", ".join(f"{c} {types[c]}" for c in [key, *columns])
+            cur.execute(f"CREATE TEMP TABLE {tmp} ({defs}) ON COMMIT DROP")
+            with cur.cursor.copy(f"COPY {tmp} ({key}, {', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            sets = ", ".join(f"{c} = t.{c}" for c in columns)
+            cur.execute(f"UPDATE {table} c SET {sets} FROM {tmp} t WHERE c.{key} = t.{key}")
+            cur.execute(f"DROP TABLE {tmp}")
+        else:
+            sets = ", ".join(f"{c} = %s" for c in columns)
+            cur.executemany(f"UPDATE {table} SET {sets} WHERE {key} = %s", list(_adapt((*r[1:], r[0]) for r in rows)))
+
+
+def write_columns(table: str, columns: dict[str, pgbinary.Column], n: int) -> None:
+    """Append ``n`` rows given as columns (``pgbinary.Column``) to ``table``; row order is not kept.
+
+    PostgreSQL (psycopg 3): one binary ``COPY`` built by numpy (``pgbinary.copy_columns``), no Python object
+    per row.  SQLite: one ``INSERT`` executemany of the columns' Python values (``Column.values``).
+    """
+    if n == 0:
+        return
+    if has_binary_copy():
+        with connection.cursor() as cur:
+            pgbinary.copy_columns(cur.cursor, table, columns, n)
+        return
+    insert_rows(table, list(columns), zip(*(col.values() for col in columns.values())))
+
+
+def update_columns(table: str, key: str, columns: dict[str, pgbinary.Column], n: int, *,
+                   types: dict[str, str], temp: str) -> int:
+    """``UPDATE table SET col = value ... WHERE key = row key`` for ``n`` rows given as columns (``key``'s
+    among them); returns the number of rows updated.  The caller holds the rows' locks.
+
+    PostgreSQL (psycopg 3): a temporary table ``temp`` (``types`` gives each column's SQL type), one binary
+    ``COPY`` into it, one ``UPDATE table a ... FROM temp t``, and it is dropped.  SQLite: one ``UPDATE``
+    executemany of the columns' Python values.
+    """
+    if n == 0:
+        return 0
+    names = list(columns)
+    others = [c for c in names if c != key]
+    with connection.cursor() as wrapper:
+        if has_binary_copy():
+            cur = wrapper.cursor
+            cur.execute(f"CREATE TEMP TABLE {temp} ({', '.join(f'{c} {types[c]}' for c in names)}) ON COMMIT DROP")
+            pgbinary.copy_columns(cur, temp, columns, n)
+            sets = ", ".join(f"{c} = t.{c}" for c in others)
+            cur.execute(f"UPDATE {table} a SET {sets} FROM {temp} t WHERE a.{key} = t.{key}")
+            updated = cur.rowcount
+            cur.execute(f"DROP TABLE {temp}")
+            return updated
+        sets = ", ".join(f"{c} = %s" for c in others)
+        values = [columns[c].values() for c in [*others, key]]
+        wrapper.executemany(f"UPDATE {table} SET {sets} WHERE {key} = %s", list(_adapt(zip(*values))))
+        return wrapper.rowcount
+
+
+def set_where_in(table: str, key: str, ids: np.ndarray, values: dict[str, object], *, alias: str = "t") -> None:
+    """``UPDATE table SET col = value ... WHERE key IN ids``: the same values for every row (ids: integers).
+
+    PostgreSQL: one statement, the ids as one array (``UPDATE table alias SET ... FROM unnest(%s::bigint[])
+    u(id) WHERE alias.key = u.id``).  SQLite: one ``UPDATE ... WHERE key = %s`` executemany.
+    """
+    if ids.size == 0:
+        return
+    cols, params = list(values), list(values.values())
+    with connection.cursor() as cur:
+        if is_postgresql():
+            sets = ", ".join(f"{c} = %s" for c in cols)
+            cur.execute(f"UPDATE {table} {alias} SET {sets} FROM unnest(%s::bigint[]) u(id) "
+                        f"WHERE {alias}.{key} = u.id", [*params, ids.tolist()])
+            return
+        sets = ", ".join(f"{c} = %s" for c in cols)
+        fixed = next(_adapt([params]))
+        cur.executemany(f"UPDATE {table} SET {sets} WHERE {key} = %s", [(*fixed, i) for i in ids.tolist()])
+
+
+# ------------------------------------------------------------------------------------------- locking
+
+def lock_or_create(table: str, key: str, keys: np.ndarray, *, select: str, match: dict[str, object],
+                   defaults: dict[str, object]) -> list[tuple]:
+    """The rows ``SELECT select FROM table WHERE match AND key IN keys``, locked, the missing ones created
+    first (with ``match`` and ``defaults``; a unique constraint on ``key`` and ``match`` makes creation
+    idempotent).  ``keys`` are distinct integers; rows come back in no particular order.
+
+    PostgreSQL: one ``SELECT ... WHERE key = ANY(array) ORDER BY id FOR UPDATE``; only if some row is missing,
+    one ``INSERT ... SELECT FROM unnest(array) ON CONFLICT DO NOTHING`` and the same ``SELECT`` again
+    (re-locking a held row is free), so the locks are still taken in id order whatever a concurrent
+    transaction created meanwhile.  SQLite (no row locks; the transaction holds the database's write lock):
+    one ``INSERT OR IGNORE`` executemany, then the ``SELECT`` in chunks of keys.
+    """
+    if keys.size == 0:
+        return []
+    where = " AND ".join(f"{c} = %s" for c in match)
+    fixed = list(match.values())
+    with connection.cursor() as cur:
+        if is_postgresql():
+            lock = (f"SELECT {select} FROM {table} WHERE {where} AND {key} = ANY(%s::bigint[]) "
+                    f"ORDER BY id FOR UPDATE")
+            cur.execute(lock, [*fixed, keys.tolist()])
+            rows = cur.fetchall()
+            if len(rows) < keys.size:
+                cols = ", ".join([key, *match, *defaults])
+                marks = ", ".join(["u"] + ["%s"] * (len(match) + len(defaults)))
+                cur.execute(f"INSERT INTO {table} ({cols}) SELECT {marks} FROM unnest(%s::bigint[]) u "
+                            f"ON CONFLICT DO NOTHING", [*fixed, *defaults.values(), keys.tolist()])
+                cur.execute(lock, [*fixed, keys.tolist()])
+                rows = cur.fetchall()
+            return rows
+        cols = ", ".join([key, *match, *defaults])
+        marks = ", ".join(["%s"] * (1 + len(match) + len(defaults)))
+        tail = [*fixed, *defaults.values()]
+        cur.executemany(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({marks})",
+                        list(_adapt((k, *tail) for k in keys.tolist())))
+        rows = []
+        step = SQLITE_MAX_PARAMS - len(fixed)
+        for start in range(0, keys.size, step):
+            chunk = keys[start:start + step].tolist()
+            cur.execute(f"SELECT {select} FROM {table} WHERE {where} AND {key} IN ({', '.join(['%s'] * len(chunk))})",
+                        [*fixed, *chunk])
+            rows += cur.fetchall()
+        return rows
+
+
+@contextmanager
+def advisory_lock_shared(classid: int, objid: int):
+    """Hold the shared advisory lock ``(classid, objid)`` for the block: others may hold it too, and
+    ``advisory_locks_held`` sees it.
+
+    PostgreSQL: ``pg_advisory_xact_lock_shared`` inside a transaction (held until it ends), otherwise
+    ``pg_advisory_lock_shared`` held by the session and released at the end of the block (a killed process's
+    lock ends with its session).  SQLite: nothing (no concurrent sessions to tell).
+    """
+    if not is_postgresql():
+        yield
+        return
+    key = [int(classid), int(objid)]
+    scoped = connection.in_atomic_block
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT pg_advisory{'_xact' if scoped else ''}_lock_shared(%s, %s)", key)
+    try:
+        yield
+    finally:
+        if not scoped:
+            try:
+                with connection.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock_shared(%s, %s)", key)
+            except Error:  # the session is gone, and its lock with it
+                pass
+
+
+def advisory_locks_held(classid: int) -> set[int]:
+    """Second keys of the two-key advisory locks ``(classid, k)`` some session holds now, in this database.
+
+    PostgreSQL: read from ``pg_locks``.  SQLite: the empty set (``advisory_lock_shared`` takes nothing).
+    """
+    if not is_postgresql():
+        return set()
+    with connection.cursor() as cur:
+        cur.execute("SELECT DISTINCT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND classid = %s::bigint::oid AND objsubid = 2 "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    [int(classid)])
+        return {r[0] for r in cur.fetchall()}
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+def id_batches(ids, key: str, batch_size: int) -> Iterator[list]:
+    """The values of ``ids`` (a ``values_list(key, flat=True)`` queryset ordered by ``key``) in lists of
+    ``batch_size``, each read after the caller has handled the previous one (it may commit in between).
+
+    PostgreSQL outside a transaction: one query, streamed from a server-side cursor (``WITH HOLD`` in
+    autocommit, so it outlives each batch's commit); re-running the query per batch would cost a scan per
+    batch, quadratic in the ids.  Elsewhere (SQLite, or inside a transaction): keyset batches
+    (``key > last``).
+    """
+    if is_postgresql() and not connection.in_atomic_block:
+        stream = ids.iterator(chunk_size=batch_size)
+        while batch := list(itertools.islice(stream, batch_size)):
+            yield batch
+        return
+    last = None
+    while True:
+        page = ids if last is None else ids.filter(**{f"{key}__gt": last})
+        batch = list(page[:batch_size])
+        if not batch:
+            return
+        yield batch
+        last = batch[-1]
+
