@@ -547,7 +547,7 @@ def _profile(attribute_id: int, n: int, top: int = 18) -> dict:
         rows.append({"function": f"{_short_path(filename)}:{line}({func})", "calls": nc, "tottime": tt,
                      "cumtime": ct})
     by_own = sorted(rows, key=lambda r: -r["tottime"])[:top]
-    wanted = ("purchases.py", "chainsets.py", "storage.py", "ledger.py", "pricing.py")
+    wanted = ("purchases.py", "releases.py", "chainsets.py", "storage.py", "ledger.py", "pricing.py")
     by_cum = sorted((r for r in rows if any(w in r["function"] for w in wanted)), key=lambda r: -r["cumtime"])[:top]
     return {"n": n, "seconds_under_profile": total, "top_own_time": by_own, "top_cumulative_in_service": by_cum,
             "deferred_fk_check_seconds": deferred.get("seconds"), "deferred_fk_constraints": constraints}

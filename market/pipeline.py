@@ -27,6 +27,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.epsilon import MAX_SALE_EPSILON, parse
 from accounts.models import User
 from ldpmarket import jobs
 from ldpmarket.problems import (IdempotencyConflict, InFlight, NothingToSell, NotForSale, PriceChanged, PurchaseConflict,
@@ -52,8 +53,9 @@ class PurchaseRequest:
     @property
     def fingerprint(self) -> str:
         """The body's hash the Idempotency-Key is bound to."""
-        if self.spec is None:
-            return purchases.fingerprint(attribute_id=self.attribute.id, epsilon=self.epsilon, cohort=self.cohort)
+        if self.spec is None:  # the epsilon as purchase_claim stores it (6 places)
+            return purchases.fingerprint(attribute_id=self.attribute.id, cohort=self.cohort,
+                                         epsilon=parse(self.epsilon, allow_zero=False, limit=MAX_SALE_EPSILON))
         return self.spec.fingerprint(self.attribute.id, self.cohort)
 
 
@@ -194,8 +196,8 @@ def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | Non
     Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
         status=Purchase.Status.RUNNING, error="", attempts=F("attempts") + 1, heartbeat_at=timezone.now())
     try:
-        return oneshot.execute(purchase_id=purchase_id, rng=rng, max_price=max_price,
-                               progress=progress_reporter(purchase_id, total))
+        return purchases.purchase_execute(purchase_id=purchase_id, rng=rng, max_price=max_price,
+                                          progress=progress_reporter(purchase_id, total))
     except PurchaseError as exc:
         if not (conflicts_retried and isinstance(exc, PurchaseConflict)):
             purchase_fail(purchase_id=purchase_id, error=str(exc))

@@ -1,24 +1,14 @@
-"""Purchases: release every included value of an attribute at one epsilon, atomically (docs/budget-rules.md#budgets-and-ceilings).
+"""Purchases: claim an idempotency key, then release every included value of an attribute atomically
+(docs/budget-rules.md#budgets-and-ceilings, docs/architecture.md#the-path-of-a-purchase).
 
-``purchase_claim`` claims the buyer's idempotency key (a replay with the same
-body returns the same purchase; a different body is a conflict).
-``purchase_execute`` then runs one transaction that
-
-1. locks, in one global order — the purchase row, budgets by value id, chains
-   by value id, money accounts by id, the ledger head last — so concurrent
-   purchases, budget changes and extensions never deadlock or interleave;
-2. includes a value only if it is not paused or withdrawn and
-   ``max(chain_loss, e) + oneshot_loss <= ceiling`` (rules 2, 3, 7), exactly,
-   in integer micro-epsilons;
-3. takes each value's output at e from its chain (stored, bridged, tightened
-   or extended: ``market.chainsets``), storing new points;
-4. prices it (upgrade credit from the buyer's holdings) and refuses the whole
-   purchase if the buyer's credit is short;
-5. writes set-based: chains, budgets (``chain_loss = max(chain_loss, e)``), one
-   ledger entry per released value, holdings, money movements and the outputs.
-
-Either all of it commits or none of it does (rule 6); the CHECK constraints
-(loss <= ceiling, balances >= 0) are the last line of defence.
+``purchase_claim`` (``oneshot.oneshot_claim`` for one-shot purchases and surveys) claims the buyer's
+idempotency key: a replay with the same body returns the same purchase, a different body is a conflict.
+``purchase_execute`` is the one execution skeleton of every purchase: one transaction that takes the locks in
+the one global order, lets the purchase's release (``market.releases``: from chains, or one-shot) read, draw
+and price its values, refuses the whole purchase if the buyer's credit is short or the quote's price was
+exceeded, and writes set-based: the release's own rows, the money movements, the outputs and one ledger entry
+per released value.  Either all of it commits or none of it does (rule 6); the CHECK constraints (loss <=
+ceiling, balances >= 0) and the money trigger are the last line of defence.
 """
 from __future__ import annotations
 
@@ -33,21 +23,19 @@ from django.db.models.functions import Cast, Round
 from django.utils import timezone
 
 from accounts import ledger, roles
-from accounts.epsilon import MAX_SALE_EPSILON, from_micro, parse, to_micro
-from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
+from accounts.epsilon import MAX_SALE_EPSILON, parse
+from accounts.models import MoneyAccount, MoneyEntry, User
 from ldpmarket import pgbinary, storage
 from ldpmarket.problems import (
     IdempotencyConflict,
     InsufficientCredit,
     PriceChanged,
-    PurchaseConflict,
     PurchaseError,
 )
 
-from . import chainsets, domain, pgcopy, sealing
-from .eligible import Candidates, candidates, held_epsilons
-from .models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
+from .models import Attribute, Purchase, PurchaseChunk
 from .pricing import UNITS, PolicyError, PricePolicy, units_to_decimal
+from .releases import release_of
 
 CHUNK = 10_000
 
@@ -83,65 +71,47 @@ def claim_key(*, buyer: User, idempotency_key: str, request_hash: str, **fields)
 
 
 def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=None) -> Purchase:
-    """Run a claimed purchase in one transaction (idempotent: a completed purchase is returned as it is).
+    """Run a claimed purchase of any mechanism in one transaction (idempotent: a completed purchase is returned
+    as it is).  The one execution skeleton: what differs between a chain purchase, a one-shot purchase and a
+    survey is its release (``market.releases``).
 
-    ``progress(done, total)`` is called as phases complete (values resolved, then written); ``max_price``
-    refuses the purchase, under the locks, if it would cost more (a quote's price guard).
+    The locks, in the one global order every writer of a value follows (so nothing deadlocks): (1) the purchase
+    row; (2) the budgets by value id and (3) the chains by value id (the release's ``read``); (4) the money
+    accounts, platform, buyer, then owners by id (``lock_payment``); (5) the ledger head, last
+    (``ledger.append``).  ``progress(done, total)`` is called as phases complete (values resolved, then
+    written); ``max_price`` refuses the purchase, under the locks, if it would cost more (a quote's price guard).
     """
     with transaction.atomic():
         purchase = Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer").get(id=purchase_id)
         if purchase.status == Purchase.Status.COMPLETED:
             return purchase
-        attribute, buyer = purchase.attribute, purchase.buyer
-        e = to_micro(purchase.epsilon)
-        m, width = attribute.domain_size, attribute.width
         try:
-            policy = PricePolicy.parse(attribute.price_policy)
+            policy = PricePolicy.parse(purchase.attribute.price_policy)
         except PolicyError as exc:
             raise PurchaseError(f"This attribute's price policy is invalid: {exc}") from None
-        cand = candidates(attribute, purchase.cohort, e, lock=True)
-        total_steps = 2 * int(cand.value_ids.size)
-        last_id = int(cand.value_ids[-1]) if cand.value_ids.size else 0
-        chain_rows = list(Chain.objects.select_for_update(of=("self",))
-                          .filter(value__in=Value.objects.filter(attribute=attribute, id__lte=last_id, **(
-                              {"cohort": purchase.cohort} if purchase.cohort is not None else {})))
-                          .order_by("value_id").values_list("value_id", "epsilons", "outputs", "value__input_sealed"))
-        if [r[0] for r in chain_rows] != cand.value_ids.tolist():
-            raise PurchaseConflict("A value was added while this purchase read its values; retry.")
-        elig = np.flatnonzero(cand.eligible)
-        chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
-                                               [bytes(chain_rows[i][2]) for i in elig], width)
-        inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
-        lookup, grown = chainsets.at(chains, e, m, inputs, rng, attribute.draw_divisor)
+        release = release_of(purchase, rng)
+        release.read()
+        total_steps = 2 * release.candidates
         if progress:
             progress(total_steps // 2, total_steps)
-        ok = ~lookup.missing_input
-        inc = elig[ok]  # indices into cand of the released values
-        outputs = lookup.outputs[ok]
-
-        held, holding_ids = held_epsilons(buyer.id, attribute, cand.value_ids[inc])
-        charge = policy.charge_units(e, held)
+        charge = release.charge(policy)
         owner_share = policy.owner_units(charge)
-        accounts = lock_payment(buyer, cand.owner_ids[inc], charge, owner_share, max_price)
+        owners = release.owner_ids
+        accounts = lock_payment(purchase.buyer, owners, charge, owner_share, max_price)
 
         now = timezone.now()
-        _write_chains(attribute, cand.value_ids[elig][lookup.inserted], grown, lookup.inserted, now)
-        _raise_chain_loss(cand.value_ids[inc[cand.chain_loss[inc] < e]], e, now)
-        if inc.size:
-            ledger.append(_release_rows(cand, inc, e, purchase.id))
-        _write_holdings(buyer, cand.value_ids[inc], held, holding_ids, e)
-        _move_money(purchase, accounts, cand.owner_ids[inc], charge, owner_share)
-        _write_chunks(purchase, cand.value_ids[inc], outputs)
+        release.write(now)
+        _move_money(purchase, accounts, owners, charge, owner_share)
+        if release.outputs is not None:
+            _write_chunks(purchase, release.value_ids, release.outputs)
+        if release.value_ids.size:
+            ledger.append(release.ledger_rows())
 
         if progress:
             progress(total_steps, total_steps)
-        purchase.candidates = int(cand.value_ids.size)
-        purchase.included = int(inc.size)
-        purchase.excluded_ceiling, purchase.excluded_budget = cand.excluded_over()
-        purchase.excluded_paused = int((cand.paused & ~cand.withdrawn).sum())
-        purchase.excluded_withdrawn = int(cand.withdrawn.sum())
-        purchase.excluded_no_raw = int(lookup.missing_input.sum())
-        purchase.new_points = int(lookup.inserted.sum())
+        release.record(purchase)
+        purchase.candidates = release.candidates
+        purchase.included = int(release.value_ids.size)
         purchase.price = units_to_decimal(int(charge.sum()))
         purchase.status = Purchase.Status.COMPLETED
         purchase.completed_at = now
@@ -154,22 +124,6 @@ def purchase_fail(*, purchase_id: int, error: str) -> None:
     """Record why a purchase could not run (nothing else was written: its transaction rolled back)."""
     Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
         status=Purchase.Status.FAILED, error=error[:2000])
-
-
-def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.ndarray | None:
-    """True inputs (opened in one call) for the rows whose head is below e; -1 where the raw value is gone."""
-    need = np.flatnonzero(chains.head() < e)
-    if need.size == 0:
-        return None
-    inputs = np.full((elig.size, attribute.width), -1, dtype=np.int64)
-    sealed = [chain_rows[elig[i]][3] for i in need]
-    have = np.array([s is not None for s in sealed], dtype=bool)
-    rows = need[have]
-    if rows.size:
-        payload = sealing.open_inputs([bytes(s) for s in sealed if s is not None], cand.owner_ids[elig][rows],
-                                      [attribute.id] * rows.size, domain.payload_bytes(attribute))
-        inputs[rows] = domain.from_payload(attribute, payload)
-    return inputs
 
 
 @dataclass
@@ -230,56 +184,6 @@ def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
 def micro_units(field: str):
     """A money column in integer ten-thousandths, computed in SQL."""
     return Cast(Round(F(field) * UNITS), BigIntegerField())
-
-
-def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.ndarray, now) -> None:
-    rows = np.flatnonzero(inserted)
-    if rows.size == 0:
-        return
-    if pgcopy.enabled():
-        pgcopy.write_chains(value_ids, grown, rows, now)
-        return
-    eps_blobs, out_blobs = grown.blobs()
-    heads, head_out = grown.head(), grown.head_output().astype("<i2")
-    lengths = grown.lengths
-    storage.update_rows(
-        Chain._meta.db_table, "value_id", ["epsilons", "outputs", "length", "head", "head_output", "updated_at"],
-        ((int(v), eps_blobs[i], out_blobs[i], int(lengths[i]), from_micro(int(heads[i])), head_out[i].tobytes(), now)
-         for v, i in zip(value_ids.tolist(), rows.tolist())),
-        types={"value_id": "bigint", "epsilons": "bytea", "outputs": "bytea", "length": "integer",
-               "head": "numeric(12,6)", "head_output": "bytea", "updated_at": "timestamptz"})
-
-
-def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
-    """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
-    storage.set_where_in(BudgetAccount._meta.db_table, "value_id", value_ids,
-                         {"chain_loss": from_micro(e), "updated_at": now}, alias="b")
-
-
-def _release_rows(cand: Candidates, inc: np.ndarray, e: int, purchase_id: int) -> ledger.Rows:
-    rows = ledger.Rows.empty(inc.size)
-    rec = rows.records
-    rec["value"] = cand.value_ids[inc]
-    rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.CHAIN_RELEASE)
-    rec["epsilon"] = e
-    rec["reference"] = purchase_id
-    rec["chain_before"] = cand.chain_loss[inc]
-    rec["chain_after"] = np.maximum(cand.chain_loss[inc], e)
-    rec["oneshot_before"] = rec["oneshot_after"] = cand.oneshot_loss[inc]
-    rec["ceiling"] = cand.ceiling[inc]
-    return rows
-
-
-def _write_holdings(buyer, value_ids: np.ndarray, held: np.ndarray, holding_ids: np.ndarray, e: int) -> None:
-    """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
-    up = holding_ids[(held > 0) & (held < e)]
-    new = value_ids[held == 0]
-    table = Holding._meta.db_table
-    storage.set_where_in(table, "id", up, {"epsilon": from_micro(e)}, alias="h")
-    storage.write_columns(table, {  # binary COPY for the new rows on PostgreSQL
-        "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer.id)),
-        "value_id": pgbinary.Column.int8(new),
-        "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
 
 
 def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> None:

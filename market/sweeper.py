@@ -4,7 +4,7 @@ Celery beat runs :func:`sweep` every ``LDP_SWEEP_INTERVAL_SECONDS`` (``market.ta
 ``manage.py sweep_stranded``).  The broker's visibility timeout is not the recovery path: it is an hour.
 
 **Purchases.**  A purchase is *stranded* when it is pending or running, nobody holds it (its row is not
-locked: ``purchase_execute`` and ``oneshot_execute`` hold it for their whole transaction) and its
+locked: ``purchase_execute`` holds it for its whole transaction) and its
 ``heartbeat_at`` (set when it is claimed, started by a worker or sent again) is older than
 ``LDP_STALE_AFTER_SECONDS``: its worker was killed (its transaction rolled back, nothing was written), its
 message was lost with the broker, or it could not be enqueued at all.  The sweeper sends it again

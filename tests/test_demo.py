@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.services import schedules_advance
+from market import purchases
 from market import chains, sealing
 from market.models import Attribute, Chain, Dataset, Value
 from market import oneshot_specs
@@ -218,12 +219,12 @@ def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
         spec = oneshot_specs.parse_spec(attr, **requests[title])
         purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attr, spec=spec, cohort=None,
                                             idempotency_key=f"demo-{attr.id}")
-        purchase = oneshot.oneshot_execute(purchase_id=purchase.id, rng=np.random.default_rng(attr.id))
+        purchase = purchases.purchase_execute(purchase_id=purchase.id, rng=np.random.default_rng(attr.id))
         assert (purchase.status, purchase.included) == ("completed", n)
     spec = oneshot_specs.parse_spec(attribute("Binary experiment"), epsilon="0.5", mechanism="warner")
     survey, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute("Binary experiment"), spec=spec, cohort=None,
                                       idempotency_key="demo-survey")
-    survey = oneshot.oneshot_execute(purchase_id=survey.id, rng=np.random.default_rng(0))
+    survey = purchases.purchase_execute(purchase_id=survey.id, rng=np.random.default_rng(0))
     assert survey.included == 1000 and abs(survey.result["estimate"] - 0.6) < 4 * survey.result["standard_error"]
     assert set(BudgetAccount.objects.filter(value__attribute__dataset__title="Binary experiment")
                .values_list("oneshot_loss", flat=True)) == {Decimal("0.5")}
@@ -272,7 +273,7 @@ def test_the_olh_demo_sells_1000_labels_and_its_estimates_recover_the_popular_pr
     spec = oneshot_specs.parse_spec(attr, epsilon="2")
     buyer = User.objects.get(username="demo-buyer")
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attr, spec=spec, cohort=None, idempotency_key="olh")
-    purchase = oneshot.oneshot_execute(purchase_id=purchase.id, rng=np.random.default_rng(7))
+    purchase = purchases.purchase_execute(purchase_id=purchase.id, rng=np.random.default_rng(7))
     assert (purchase.status, purchase.included, purchase.charged_epsilon) == ("completed", 3000, Decimal("2"))
     rows = {f["label"]: f for f in estimates.purchase_estimate(purchase)["frequencies"]}
     assert len(rows) == 1000

@@ -5,6 +5,7 @@ import uuid
 
 import numpy as np
 
+from market import purchases
 from market import oneshot
 from market.models import Purchase
 from market.pricing import DEFAULT_POLICY
@@ -30,4 +31,4 @@ def run(buyer, attribute, *, rng=None, key=None, cohort=None, max_price=None, **
     spec = oneshot_specs.parse_spec(attribute, **request)
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=cohort,
                                         idempotency_key=key or uuid.uuid4().hex)
-    return oneshot.oneshot_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)
+    return purchases.purchase_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)

@@ -19,7 +19,8 @@ from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount
 from accounts.services import BudgetError, budget_set_paused
 from audit.budget_audit import audit_budgets
-from market import domain, oneshot, sealing
+from market import purchases
+from market import domain, oneshot, releases, sealing
 from market.domain import InvalidValue
 from market.models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
@@ -361,7 +362,7 @@ def test_a_buyer_short_of_credit_gets_nothing_and_is_charged_nothing():
     spec = oneshot_specs.parse_spec(attribute, epsilon="1")
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None, idempotency_key="k")
     with pytest.raises(InsufficientCredit):
-        oneshot.oneshot_execute(purchase_id=purchase.id)
+        purchases.purchase_execute(purchase_id=purchase.id)
     assert not LedgerEntry.objects.filter(kind="oneshot_release").exists()
     assert set(BudgetAccount.objects.values_list("oneshot_loss", flat=True)) == {D("0")}
     assert not PurchaseChunk.objects.exists() and Purchase.objects.get(id=purchase.id).status == "pending"
@@ -380,9 +381,9 @@ def test_claims_are_idempotent_and_a_completed_purchase_is_returned_as_it_is():
     with pytest.raises(IdempotencyConflict):
         oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=oneshot_specs.parse_spec(attribute, eps1="1", eps2="2"),
                               cohort=None, idempotency_key="same")
-    done = oneshot.oneshot_execute(purchase_id=first.id, rng=np.random.default_rng(0))
+    done = purchases.purchase_execute(purchase_id=first.id, rng=np.random.default_rng(0))
     entries = LedgerEntry.objects.count()
-    assert oneshot.oneshot_execute(purchase_id=first.id).completed_at == done.completed_at
+    assert purchases.purchase_execute(purchase_id=first.id).completed_at == done.completed_at
     assert LedgerEntry.objects.count() == entries
     assert set(BudgetAccount.objects.values_list("oneshot_loss", flat=True)) == {D("1.379886")}
     with pytest.raises(IdempotencyConflict):  # a chain purchase's claim with the same key
@@ -634,7 +635,7 @@ def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order
         drawn.append(np.asarray(out))
         return out
 
-    monkeypatch.setattr(oneshot, "draw", spy)
+    monkeypatch.setattr(releases, "draw", spy)
     purchase = run(funded_buyer(), attribute, rng=np.random.default_rng(3), **request_)
     assert purchase.included == len(vs)
     assert [d.shape[0] for d in drawn] == [3] * (len(vs) // 3) + ([len(vs) % 3] if len(vs) % 3 else [])

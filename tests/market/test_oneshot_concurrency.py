@@ -62,7 +62,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
                 spec = oneshot_specs.parse_spec(urr, epsilon=eps)
                 p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=urr, spec=spec, cohort=None,
                                              idempotency_key=f"u-{j}")
-                oneshot.oneshot_execute(purchase_id=p.id)
+                purchases.purchase_execute(purchase_id=p.id)
         return job
 
     def mixed_buyer(buyer, k):
@@ -79,7 +79,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
                     p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=binary, spec=spec, cohort=None,
                                                  idempotency_key=f"s-{j}")
                     try:
-                        oneshot.oneshot_execute(purchase_id=p.id)
+                        purchases.purchase_execute(purchase_id=p.id)
                     except problems.TooFewRespondents:
                         pass
         return job
@@ -128,7 +128,7 @@ def test_concurrent_replays_of_one_oneshot_key_charge_once(setup):
     def replay():
         p, created = oneshot.oneshot_claim(buyer=buyer, attribute=urr, spec=spec, cohort=None,
                                            idempotency_key="same-key")
-        results.append((p.id, created, oneshot.oneshot_execute(purchase_id=p.id).price))
+        results.append((p.id, created, purchases.purchase_execute(purchase_id=p.id).price))
 
     assert run_concurrently([replay] * 6) == []
     assert len({r[0] for r in results}) == 1 and sum(r[1] for r in results) == 1

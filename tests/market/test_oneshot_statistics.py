@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sps
 
 from audit.budget_audit import audit_budgets
-from market import domain, oneshot, sealing
+from market import domain, sealing
 from market.models import Value
 from market.selectors import all_outputs
 from market.services import value_set_pum_tag

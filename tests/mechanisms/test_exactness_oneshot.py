@@ -21,6 +21,9 @@ import numpy as np
 import pytest
 
 from market import oneshot_specs as market
+from ldpmarket.problems import TooFewRespondents
+from mechanisms import registry
+from mechanisms.rr3 import lpp_level as exact_lpp_level
 from market.management.commands.load_demo import _oneshot_demos
 from mechanisms import exactness_oneshot as X
 from mechanisms import private_sampling as ps
@@ -151,16 +154,17 @@ RR3_GRID = [D(i) / 10 for i in range(1, 31)] + [D("0.000001"), D("5"), D("10"), 
 
 
 def test_rr3_ddagger_and_lpp_realised_level_is_at_most_the_charged_exact_level():
-    """Charged: ``ceil6(lpp_level(eps1, eps2))`` as ``market.oneshot`` computes it; e.g. (1, 2) charges exactly
+    """Charged: ``ceil6(rr3.lpp_level(eps1, eps2))`` as ``market.oneshot_specs`` computes it (the registry's
+    two-epsilon level); e.g. (1, 2) charges exactly
     2.000000 = eps2, which the cells must stay below although ``X/Y = e^eps2`` is tight in the ideal matrix."""
     for e1 in RR3_GRID:
         for e2 in RR3_GRID:
-            charged = market.ceil6(market.lpp_level(e1, e2))
-            design = market.lpp_level(e1, e2)
+            charged = market.ceil6(exact_lpp_level(e1, e2))
+            design = exact_lpp_level(e1, e2)
             check(X.rr3_ddagger_level(e1, e2), charged, design=design)
             assert X.lpp_level(e1, e2) == X.rr3_ddagger_level(e1, e2)
     r = X.lpp_level(D(1), D(2))
-    assert market.ceil6(market.lpp_level(D(1), D(2))) == D("2.000000")
+    assert market.ceil6(exact_lpp_level(D(1), D(2))) == D("2.000000")
     assert X.level_decimal(r) < 2 and X.level_decimal(r) > 2 - TIGHT
 
 
@@ -209,28 +213,28 @@ def test_improved_christofides_deck_dealt_is_at_most_its_charge_and_the_target()
             for p2 in (0.0, 0.01, 0.1, 0.5):
                 try:
                     counts = market.ic_deck(N, eps, p2)
-                except market.TooFewRespondents:
+                except TooFewRespondents:
                     refused += 1
                     continue
                 dealt += 1
                 # the deck itself, before the market's guard (which moves cards from 3 to 1 if it must)
                 assert counts.tolist() == surveys.ic_deck_counts(N, eps, p2).tolist()
                 r = X.improved_christofides_level(counts)
-                check(r, market.ceil6(market.deck_level(counts)))
+                check(r, market.ceil6(surveys.deck_level(counts)))
                 check(r, eps)  # below the target itself
                 assert r == Fraction(int(counts[2]), int(counts[0]))
     assert dealt > 1000 and refused > 0
 
 
 def test_the_market_draws_what_it_charges():
-    """``market.oneshot``'s draw parameters (RR3 cells, survey devices) are the exact cells, at most the charge."""
+    """The market's draw parameters (the registry's RR3 cells, ``market.oneshot_specs``' survey devices) (RR3 cells, survey devices) are the exact cells, at most the charge."""
     for eps in (D("0.1"), D("1.000000"), D("2.5"), D("10")):
         spec = market.Spec(market.M.RR3, eps, eps, {"family": "ewrr3"})
-        check(X.ldp_level(market.rr3_cells(spec).cells()), spec.charged, design=eps)
+        check(X.ldp_level(registry.rr3_cells(spec.charged, spec.parameters).cells()), spec.charged, design=eps)
         for e1, e2 in ((D("1"), D("2")), (D("0.3"), D("1.7")), (D("2"), D("0.5"))):
-            charged = market.ceil6(market.lpp_level(e1, e2))
+            charged = market.ceil6(exact_lpp_level(e1, e2))
             spec = market.Spec(market.M.RR3, None, charged, {"family": "rr3_ddagger", "eps1": str(e1), "eps2": str(e2)})
-            check(X.ldp_level(market.rr3_cells(spec).cells()), charged)
+            check(X.ldp_level(registry.rr3_cells(spec.charged, spec.parameters).cells()), charged)
         for mech, params in ((market.M.WARNER, {}), (market.M.SIMMONS, {"pi_b": "0.3"}),
                              (market.M.CHRISTOFIDES, {"p2": "0.1"})):
             design, charged = market.survey_design(market.Spec(mech, eps, eps, params), 1000)
@@ -297,7 +301,7 @@ def old_levels():
             keep = lambda e: 1.0 / (1.0 + math.exp(-float(e)))  # noqa: E731
             P = rr3.rr3_ddagger(keep(e1), keep(e2))
             out.append(("RR3‡/LPP‡", (e1, e2), X.ldp_level(_old_rows_top_remainder(P)),
-                        market.ceil6(market.lpp_level(e1, e2))))
+                        market.ceil6(exact_lpp_level(e1, e2))))
     for name, q in priors():
         for eps in eps_grid:
             if eps > 40:

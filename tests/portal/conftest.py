@@ -8,6 +8,7 @@ import pytest
 
 from market.pricing import DEFAULT_POLICY
 from tests.factories import PASSWORD, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, fund
+from market import purchases
 from market import oneshot_specs
 
 
@@ -93,7 +94,7 @@ def oneshot_purchase(buyer, attribute, *, seed=0, **request):
     spec = oneshot_specs.parse_spec(attribute, **request)
     p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                  idempotency_key=uuid.uuid4().hex)
-    return oneshot.oneshot_execute(purchase_id=p.id, rng=np.random.default_rng(seed))
+    return purchases.purchase_execute(purchase_id=p.id, rng=np.random.default_rng(seed))
 
 
 def oneshot_attribute(kind: str, **fields):

@@ -120,7 +120,7 @@ def world(settings, request):
         spec = oneshot_specs.parse_spec(attribute, **request)
         claimed, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,
                                            idempotency_key=uuid.uuid4().hex)
-        purchases.append(oneshot.oneshot_execute(purchase_id=claimed.id))
+        purchases.append(purchase_execute(purchase_id=claimed.id))
     # quotes the buyer can turn into purchases (the fuzzer cannot forge one): body.quote draws from them
     quotes = [market_quotes.quote_issue(buyer_id=buyer.id, attribute=attribute, epsilon=Decimal(epsilon),
                                         cohort=None, policy=selectors.price_policy_or_none(attribute)).token

@@ -146,13 +146,13 @@ def test_a_price_rise_found_while_the_purchase_runs_is_price_changed(api, catego
 
 
 def test_a_concurrent_change_is_a_503_with_retry_after(api, categorical, monkeypatch):
-    from market import oneshot
-    from market.purchases import PurchaseConflict
+    from ldpmarket.problems import PurchaseConflict
+    from market import purchases
 
     def conflict(**kwargs):
         raise PurchaseConflict("A value was added while this purchase read its values; retry.")
 
-    monkeypatch.setattr(oneshot, "execute", conflict)
+    monkeypatch.setattr(purchases, "purchase_execute", conflict)
     r = buy(api, categorical.id, "1")
     body = assert_problem(r, 503)
     assert body["type"] == TAG + "purchase-conflict" and int(r["Retry-After"]) >= 1
@@ -161,12 +161,12 @@ def test_a_concurrent_change_is_a_503_with_retry_after(api, categorical, monkeyp
 
 
 def test_an_invalid_parameter_found_by_the_purchase_names_its_field(api, categorical, monkeypatch):
-    from market import oneshot
+    from market import purchases
 
     def invalid(**kwargs):
         raise problems.ParameterError("eps2", "eps2 must be a number in (0, 700]")
 
-    monkeypatch.setattr(oneshot, "execute", invalid)
+    monkeypatch.setattr(purchases, "purchase_execute", invalid)
     body = assert_problem(buy(api, categorical.id, "1"), 400)
     assert body["type"] == TAG + "invalid-parameter"
     assert body["errors"] == {"eps2": ["eps2 must be a number in (0, 700]"]}

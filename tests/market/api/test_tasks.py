@@ -56,7 +56,7 @@ def test_database_errors_are_retried_then_recorded(buyer, categorical, monkeypat
         calls.append(1)
         raise OperationalError("connection lost")
 
-    monkeypatch.setattr("market.oneshot.purchase_execute", flaky)  # what oneshot.execute runs for chains
+    monkeypatch.setattr("market.purchases.purchase_execute", flaky)  # what pipeline.purchase_run runs
     monkeypatch.setitem(run_purchase.app.conf, "task_eager_propagates", False)  # let eager retries chain
     result = run_purchase.apply(args=[purchase.id])
     assert isinstance(result.result, OperationalError)
@@ -72,7 +72,7 @@ def test_eligible_count_agrees_with_the_purchase_rules(categorical):
     from accounts.epsilon import to_micro
     from accounts.models import BudgetAccount
     from market.models import Value
-    from market.purchases import candidates
+    from market.eligible import candidates
 
     values = list(Value.objects.filter(attribute=categorical).order_by("id"))
     BudgetAccount.objects.filter(value__in=values[:10]).update(ceiling=Decimal("0.75"), chain_loss=Decimal("0.5"))

@@ -1,0 +1,274 @@
+"""What a purchase releases, between the locks of the one execution skeleton (``market.purchases.purchase_execute``,
+docs/architecture.md#the-path-of-a-purchase).
+
+A release reads and locks its values, computes their outputs, prices them, and writes what is its own; the
+skeleton takes the locks around it in the one global order, moves the money, stores the outputs and appends
+the ledger entries.  Two kinds:
+
+* :class:`ChainRelease` (gradual release, rules 2, 3 and 7): each included value's output at e from its chain
+  (stored, bridged, tightened or extended: ``market.chainsets``), new points stored; ``chain_loss = max(
+  chain_loss, e)``; priced with upgrade credit from the buyer's holdings, which it raises to e.
+* :class:`OneshotRelease` (one-shot mechanisms and surveys, rules 4 and 7): a fresh draw from each value's sealed
+  input, by its mechanism's record (``mechanisms.registry``), charged its exact level rounded up
+  (``market.oneshot_specs``); ``oneshot_loss += charged``; every value costs the policy price at the charged
+  epsilon (each release is new loss: no upgrade credit).  A survey releases only its aggregate
+  (``Purchase.result``): every eligible owner answers exactly once, server-side, and no report is stored.
+
+A value is included only if it is not paused or withdrawn, its raw input is there when it is needed, and its
+losses after the release stay within its ceiling, exactly, in integer micro-epsilons
+(docs/budget-rules.md#budgets-and-ceilings).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from accounts import ledger
+from accounts.epsilon import from_micro, to_micro
+from accounts.models import BudgetAccount, LedgerEntry
+from ldpmarket import pgbinary, storage
+from ldpmarket.problems import PurchaseConflict, PurchaseError, TooFewRespondents
+
+from . import chainsets, domain, pgcopy, sealing
+from .eligible import candidates, held_epsilons, pool
+from .models import Chain, Holding, Purchase, Value
+from .oneshot_specs import draw, draw_batch, guarantee_label, run_survey, spec_of, survey_design
+from .pricing import PricePolicy
+
+
+class ChainRelease:
+    """A gradual-release purchase at ``purchase.epsilon`` (module docstring)."""
+
+    def __init__(self, purchase: Purchase, rng=None):
+        self.purchase, self.attribute = purchase, purchase.attribute
+        self.e = to_micro(purchase.epsilon)
+        self.rng = rng
+
+    def read(self) -> None:
+        """Lock the budgets, then the chains, by value id; take each eligible value's output at e."""
+        attribute, purchase, e = self.attribute, self.purchase, self.e
+        m, width = attribute.domain_size, attribute.width
+        cand = self.cand = candidates(attribute, purchase.cohort, e, lock=True)
+        last_id = int(cand.value_ids[-1]) if cand.value_ids.size else 0
+        chain_rows = list(Chain.objects.select_for_update(of=("self",))
+                          .filter(value__in=Value.objects.filter(attribute=attribute, id__lte=last_id, **(
+                              {"cohort": purchase.cohort} if purchase.cohort is not None else {})))
+                          .order_by("value_id").values_list("value_id", "epsilons", "outputs", "value__input_sealed"))
+        if [r[0] for r in chain_rows] != cand.value_ids.tolist():
+            raise PurchaseConflict("A value was added while this purchase read its values; retry.")
+        elig = self.elig = np.flatnonzero(cand.eligible)
+        chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
+                                               [bytes(chain_rows[i][2]) for i in elig], width)
+        inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
+        self.lookup, self.grown = chainsets.at(chains, e, m, inputs, self.rng, attribute.draw_divisor)
+        ok = ~self.lookup.missing_input
+        self.inc = elig[ok]  # indices into cand of the released values
+        self.outputs = self.lookup.outputs[ok]
+
+    @property
+    def candidates(self) -> int:
+        return int(self.cand.value_ids.size)
+
+    @property
+    def value_ids(self) -> np.ndarray:
+        return self.cand.value_ids[self.inc]
+
+    @property
+    def owner_ids(self) -> np.ndarray:
+        return self.cand.owner_ids[self.inc]
+
+    def charge(self, policy: PricePolicy) -> np.ndarray:
+        """Per included value, in money units: the policy price at e less the buyer's upgrade credit."""
+        self.held, self.holding_ids = held_epsilons(self.purchase.buyer_id, self.attribute, self.value_ids)
+        return policy.charge_units(self.e, self.held)
+
+    def write(self, now) -> None:
+        """The new chain points, the raised chain losses and the buyer's holdings."""
+        cand, e = self.cand, self.e
+        _write_chains(self.attribute, cand.value_ids[self.elig][self.lookup.inserted], self.grown,
+                      self.lookup.inserted, now)
+        _raise_chain_loss(cand.value_ids[self.inc[cand.chain_loss[self.inc] < e]], e, now)
+        _write_holdings(self.purchase.buyer_id, self.value_ids, self.held, self.holding_ids, e)
+
+    def ledger_rows(self) -> ledger.Rows:
+        cand, inc, e = self.cand, self.inc, self.e
+        rows = ledger.Rows.empty(inc.size)
+        rec = rows.records
+        rec["value"] = cand.value_ids[inc]
+        rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.CHAIN_RELEASE)
+        rec["epsilon"] = e
+        rec["reference"] = self.purchase.id
+        rec["chain_before"] = cand.chain_loss[inc]
+        rec["chain_after"] = np.maximum(cand.chain_loss[inc], e)
+        rec["oneshot_before"] = rec["oneshot_after"] = cand.oneshot_loss[inc]
+        rec["ceiling"] = cand.ceiling[inc]
+        return rows
+
+    def record(self, purchase: Purchase) -> None:
+        cand = self.cand
+        purchase.excluded_ceiling, purchase.excluded_budget = cand.excluded_over()
+        purchase.excluded_paused = int((cand.paused & ~cand.withdrawn).sum())
+        purchase.excluded_withdrawn = int(cand.withdrawn.sum())
+        purchase.excluded_no_raw = int(self.lookup.missing_input.sum())
+        purchase.new_points = int(self.lookup.inserted.sum())
+
+
+class OneshotRelease:
+    """A one-shot purchase or a survey (module docstring)."""
+
+    def __init__(self, purchase: Purchase, rng=None):
+        self.purchase, self.attribute = purchase, purchase.attribute
+        self.spec = spec_of(purchase)
+        self.rng = rng
+
+    def read(self) -> None:
+        """Lock the budgets by value id; draw every included value's output (or run the survey)."""
+        attribute, spec = self.attribute, self.spec
+        cand = self.cand = pool(attribute, self.purchase.cohort, to_micro(spec.charged), lock=True, inputs=True)
+        inc = self.inc = np.flatnonzero(cand.eligible)
+        self.parameters = dict(self.purchase.parameters or {})
+        charged, self.result, self.outputs = spec.charged, None, None
+        if spec.is_survey:
+            if inc.size == 0:
+                raise TooFewRespondents("No owner can answer this survey now: see the quote for why.")
+            design, charged = survey_design(spec, int(inc.size))
+            if "counts" in design:
+                self.parameters["deck"] = [int(c) for c in design["counts"]]
+            x = domain.from_payload(attribute, _open(attribute, cand, inc)).reshape(-1)
+            self.result = {**run_survey(spec, design, x, self.rng), "mechanism": str(spec.mechanism),
+                           "epsilon": str(charged), "guarantee": str(spec.guarantee),
+                           "guarantee_label": guarantee_label(spec.guarantee)}
+        elif inc.size:
+            # In bounded batches (one vectorized draw each): a graph's or distribution's inputs and a uRAP or OUE
+            # report are wide, so opening every input at once would take memory in proportion to n * width.
+            self.outputs = np.empty((inc.size, attribute.width), dtype=np.int16)
+            batch = draw_batch(attribute)
+            for start in range(0, inc.size, batch):
+                part = inc[start:start + batch]
+                self.outputs[start:start + part.size] = draw(attribute, spec, _open(attribute, cand, part), self.rng)
+        self.charged = charged
+        self.e = to_micro(charged)
+        if self.e > to_micro(spec.charged):  # pragma: no cover - ic_deck guarantees the realised level <= target
+            raise PurchaseError("The realised epsilon exceeds what the values were checked for.")
+
+    @property
+    def candidates(self) -> int:
+        return int(self.cand.value_ids.size)
+
+    @property
+    def value_ids(self) -> np.ndarray:
+        return self.cand.value_ids[self.inc]
+
+    @property
+    def owner_ids(self) -> np.ndarray:
+        return self.cand.owner_ids[self.inc]
+
+    def charge(self, policy: PricePolicy) -> np.ndarray:
+        """Per included value, in money units: the policy price at the charged epsilon (no upgrade credit)."""
+        unit = int(policy.units(np.array([self.e]))[0])
+        return np.full(self.inc.size, unit, dtype=np.int64)
+
+    def write(self, now) -> None:
+        """``oneshot_loss += charged`` for every included value."""
+        after = self.cand.oneshot_loss[self.inc] + self.e
+        storage.update_rows(BudgetAccount._meta.db_table, "value_id", ["oneshot_loss", "updated_at"],
+                            zip(self.value_ids.tolist(), _decimals(after), [now] * self.inc.size),
+                            types={"value_id": "bigint", "oneshot_loss": "numeric(12,6)",
+                                   "updated_at": "timestamptz"})
+
+    def ledger_rows(self) -> ledger.Rows:
+        cand, inc, e = self.cand, self.inc, self.e
+        rows = ledger.Rows.empty(inc.size)
+        rec = rows.records
+        rec["value"] = cand.value_ids[inc]
+        rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.ONESHOT_RELEASE)
+        rec["epsilon"] = e
+        rec["reference"] = self.purchase.id
+        rec["chain_before"] = rec["chain_after"] = cand.chain_loss[inc]
+        rec["oneshot_before"] = cand.oneshot_loss[inc]
+        rec["oneshot_after"] = cand.oneshot_loss[inc] + e
+        rec["ceiling"] = cand.ceiling[inc]
+        rec["guarantee"] = ledger.GUARANTEES.index(self.spec.guarantee)
+        return rows
+
+    def record(self, purchase: Purchase) -> None:
+        excluded = self.cand.excluded()
+        purchase.excluded_ceiling = excluded["ceiling"]
+        purchase.excluded_budget = excluded["budget"]
+        purchase.excluded_paused = excluded["paused"]
+        purchase.excluded_withdrawn = excluded["withdrawn"]
+        purchase.excluded_no_raw = excluded["no_raw"]
+        purchase.new_points = 0
+        purchase.charged_epsilon = self.charged
+        purchase.parameters = self.parameters
+        purchase.result = self.result
+
+
+def release_of(purchase: Purchase, rng=None) -> ChainRelease | OneshotRelease:
+    """The release a purchase makes: from chains, or one-shot (its mechanism's record says which)."""
+    return OneshotRelease(purchase, rng) if purchase.is_oneshot else ChainRelease(purchase, rng)
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.ndarray, now) -> None:
+    rows = np.flatnonzero(inserted)
+    if rows.size == 0:
+        return
+    if pgcopy.enabled():
+        pgcopy.write_chains(value_ids, grown, rows, now)
+        return
+    eps_blobs, out_blobs = grown.blobs()
+    heads, head_out = grown.head(), grown.head_output().astype("<i2")
+    lengths = grown.lengths
+    storage.update_rows(
+        Chain._meta.db_table, "value_id", ["epsilons", "outputs", "length", "head", "head_output", "updated_at"],
+        ((int(v), eps_blobs[i], out_blobs[i], int(lengths[i]), from_micro(int(heads[i])), head_out[i].tobytes(), now)
+         for v, i in zip(value_ids.tolist(), rows.tolist())),
+        types={"value_id": "bigint", "epsilons": "bytea", "outputs": "bytea", "length": "integer",
+               "head": "numeric(12,6)", "head_output": "bytea", "updated_at": "timestamptz"})
+
+
+def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
+    """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
+    storage.set_where_in(BudgetAccount._meta.db_table, "value_id", value_ids,
+                         {"chain_loss": from_micro(e), "updated_at": now}, alias="b")
+
+
+def _write_holdings(buyer_id: int, value_ids: np.ndarray, held: np.ndarray, holding_ids: np.ndarray, e: int) -> None:
+    """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
+    up = holding_ids[(held > 0) & (held < e)]
+    new = value_ids[held == 0]
+    table = Holding._meta.db_table
+    storage.set_where_in(table, "id", up, {"epsilon": from_micro(e)}, alias="h")
+    storage.write_columns(table, {  # binary COPY for the new rows on PostgreSQL
+        "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer_id)),
+        "value_id": pgbinary.Column.int8(new),
+        "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
+
+
+def _open(attribute, cand, rows: np.ndarray) -> np.ndarray:
+    """The sealed inputs of ``cand``'s ``rows``, opened in one call."""
+    return sealing.open_inputs([bytes(cand.sealed[i]) for i in rows], cand.owner_ids[rows],
+                               [attribute.id] * rows.size, domain.payload_bytes(attribute))
+
+
+def _decimals(micros: np.ndarray) -> list:
+    distinct, inverse = np.unique(micros, return_inverse=True)
+    table = [from_micro(int(v)) for v in distinct.tolist()]
+    return [table[i] for i in inverse.reshape(-1).tolist()]
+
+
+def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.ndarray | None:
+    """True inputs (opened in one call) for the rows whose head is below e; -1 where the raw value is gone."""
+    need = np.flatnonzero(chains.head() < e)
+    if need.size == 0:
+        return None
+    inputs = np.full((elig.size, attribute.width), -1, dtype=np.int64)
+    sealed = [chain_rows[elig[i]][3] for i in need]
+    have = np.array([s is not None for s in sealed], dtype=bool)
+    rows = need[have]
+    if rows.size:
+        payload = sealing.open_inputs([bytes(s) for s in sealed if s is not None], cand.owner_ids[elig][rows],
+                                      [attribute.id] * rows.size, domain.payload_bytes(attribute))
+        inputs[rows] = domain.from_payload(attribute, payload)
+    return inputs
