@@ -190,9 +190,9 @@ def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | Non
     purchase = Purchase.objects.select_related("attribute").get(id=purchase_id)
     if purchase.status == Purchase.Status.COMPLETED:
         return purchase
-    if total is None:
+    if total is None:  # a worker: size the progress reports now
         _, total = selectors.request_size(purchase)
-    progress_set(purchase_id, 0, total)
+        progress_set(purchase_id, 0, total)
     Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
         status=Purchase.Status.RUNNING, error="", attempts=F("attempts") + 1, heartbeat_at=timezone.now())
     try:
