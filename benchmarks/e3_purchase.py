@@ -272,18 +272,18 @@ class _RollBack(Exception):
 
 #: (module, class or None, function, label): what purchase_execute calls, in the order it calls them.
 PROBES = [
-    ("market.purchases", None, "candidates", "lock + read budgets (candidates)"),
+    ("market.releases", None, "candidates", "lock + read budgets (candidates)"),
     ("market.chainsets", "ChainSet", "from_blobs", "decode chains (ChainSet.from_blobs)"),
-    ("market.purchases", None, "_inputs_for_extension", "inputs for extension"),
+    ("market.releases", None, "_inputs_for_extension", "inputs for extension"),
     ("market.chainsets", None, "at", "bridge (chainsets.at)"),
-    ("market.purchases", None, "held_epsilons", "holdings read (held_epsilons)"),
+    ("market.releases", None, "held_epsilons", "holdings read (held_epsilons)"),
     ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
-    ("market.purchases", None, "_write_chains", "write chains (_write_chains)"),
-    ("market.purchases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
-    ("accounts.ledger", None, "append", "ledger block (ledger.append)"),
-    ("market.purchases", None, "_write_holdings", "write holdings (_write_holdings)"),
+    ("market.releases", None, "_write_chains", "write chains (_write_chains)"),
+    ("market.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
+    ("market.releases", None, "_write_holdings", "write holdings (_write_holdings)"),
     ("market.purchases", None, "_move_money", "money movements (_move_money)"),
     ("market.purchases", None, "_write_chunks", "write outputs (_write_chunks)"),
+    ("accounts.ledger", None, "append", "ledger block (ledger.append)"),
 ]
 #: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
 GAPS = {
