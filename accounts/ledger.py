@@ -15,10 +15,16 @@ entry has guarantee 0 is hashed exactly as before the field existed (the first
 15 fields, ``ENTRY_V1``), so ledgers written earlier, and the anchors recorded
 for them, still verify; a block with any guarantee is hashed as
 ``V2_MARKER || ENTRY records``.  Changing a guarantee either way changes the
-bytes hashed, so the hash chain covers it.  The singleton ``LedgerHead`` row is locked
-(``SELECT ... FOR UPDATE``) last in every writing transaction, so blocks form a
-single chain.  ``block_hash`` is also what the audit recomputes from the rows
-as stored.
+bytes hashed, so the hash chain covers it.
+
+**Shards** (docs/budget-rules.md#the-ledger).  The ledger is one hash chain per shard: shard 0 is the chain
+written before shards existed, shard ``a`` holds the blocks about attribute ``a``'s values.  A writing
+transaction appends to one shard and locks that shard's ``LedgerHead`` row (``SELECT ... FOR UPDATE``) last, so
+each shard's blocks form a single chain and writers of different attributes never wait for each other;
+``UNIQUE (shard, prev_hash)`` refuses a fork even without the lock.  A block of shard ``s > 0`` hashes its
+shard too (``SHARD_MARKER || s`` after the previous hash), so a block cannot be moved to another shard; shard
+0's blocks hash exactly as before, so their hashes and the anchors recorded for them still verify.
+``block_hash`` is also what the audit recomputes from the rows as stored.
 """
 from __future__ import annotations
 
@@ -49,6 +55,9 @@ _V1_FIELDS = [
 ENTRY_V1 = np.dtype(_V1_FIELDS)
 ENTRY = np.dtype(_V1_FIELDS + [("guarantee", "<i8")])
 V2_MARKER = b"ldpmarket-ledger-entry-v2\x00"
+SHARD_MARKER = b"ldpmarket-ledger-shard-v1\x00"
+#: The shard of the chain written before shards existed (and of owner-wide events).
+LEGACY_SHARD = 0
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -70,9 +79,11 @@ def canonical_bytes(entries: np.ndarray) -> bytes:
     return V2_MARKER + rec.tobytes()
 
 
-def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray) -> str:
+def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray, shard: int = LEGACY_SHARD) -> str:
     h = hashlib.sha256()
     h.update(prev_hash.encode())
+    if shard != LEGACY_SHARD:
+        h.update(SHARD_MARKER + np.array([shard], dtype="<i8").tobytes())
     h.update(np.array([entries.shape[0], micros(created_at)], dtype="<i8").tobytes())
     h.update(canonical_bytes(entries))
     return h.hexdigest()
@@ -92,21 +103,24 @@ class Rows:
         return cls(rec)
 
 
-def append(rows: Rows) -> LedgerBlock:
-    """Append ``rows`` as one block; must run inside the caller's transaction, after its budget locks."""
+def append(rows: Rows, *, shard: int) -> LedgerBlock:
+    """Append ``rows`` as one block of ``shard`` (the attribute whose values they concern); must run inside the
+    caller's transaction, after its budget locks: the shard's head is locked last."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("ledger.append must run inside the transaction that changes the budgets")
     rec = rows.records
     if rec.shape[0] == 0:
         raise ValueError("a ledger block needs at least one entry")
-    head, _ = LedgerHead.objects.select_for_update().get_or_create(id=1)
+    head, _ = (LedgerHead.objects.select_for_update(of=("self",)).select_related("last_block")
+               .get_or_create(shard=shard))
     prev = head.last_block.hash if head.last_block_id else GENESIS
     created_at = djtz.now()
-    block = LedgerBlock.objects.create(prev_hash=prev, hash=block_hash(prev, created_at, rec),
+    block = LedgerBlock.objects.create(shard=shard, prev_hash=prev, hash=block_hash(prev, created_at, rec, shard),
                                        entry_count=rec.shape[0], created_at=created_at)
     _insert_entries(block, created_at, rec)
     head.last_block = block
-    head.save(update_fields=["last_block"])
+    head.blocks += 1
+    head.save(update_fields=["last_block", "blocks"])
     return block
 
 
@@ -160,19 +174,38 @@ def stored_records(block: LedgerBlock) -> np.ndarray:
 
 
 def verify_chain() -> list[str]:
-    """Recompute every block's hash from its stored entries; return a list of problems (empty when intact)."""
+    """Recompute every block's hash from its stored entries, shard by shard; return a list of problems (empty
+    when intact).  The audit (``audit.hashchain``) does the same set-based, and checks the checkpoints too."""
     problems = []
-    prev = GENESIS
-    for block in LedgerBlock.objects.order_by("id").iterator():
+    prev: dict[int, str] = {}
+    count: dict[int, int] = {}
+    for block in LedgerBlock.objects.order_by("shard", "id").iterator():
         rec = stored_records(block)
-        if block.prev_hash != prev:
-            problems.append(f"block {block.id}: prev_hash does not match block before it")
+        if block.prev_hash != prev.get(block.shard, GENESIS):
+            problems.append(f"block {block.id}: prev_hash does not match the block before it in shard {block.shard}")
         if rec.shape[0] != block.entry_count:
             problems.append(f"block {block.id}: holds {rec.shape[0]} entries, recorded {block.entry_count}")
-        if block_hash(block.prev_hash, block.created_at, rec) != block.hash:
+        if block_hash(block.prev_hash, block.created_at, rec, block.shard) != block.hash:
             problems.append(f"block {block.id}: entries do not match the block's hash")
-        prev = block.hash
-    head = LedgerHead.objects.filter(id=1).first()
-    if head and head.last_block_id and head.last_block.hash != prev:
-        problems.append("the ledger head does not point at the last block")
+        prev[block.shard] = block.hash
+        count[block.shard] = count.get(block.shard, 0) + 1
+    heads = {h.shard: h for h in LedgerHead.objects.select_related("last_block")}
+    for shard in sorted(set(prev) | set(heads)):
+        head = heads.get(shard)
+        if head is None or not head.last_block_id or head.last_block.hash != prev.get(shard):
+            problems.append(f"the head of shard {shard} does not point at its last block")
+        elif head.blocks != count.get(shard, 0):
+            problems.append(f"the head of shard {shard} counts {head.blocks} blocks, the chain holds "
+                            f"{count.get(shard, 0)}")
     return problems
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+
+HEAD_LEAF_MARKER = b"ldpmarket-shard-head-v1\x00"
+
+
+def head_leaf(shard: int, blocks: int, head_hash: str) -> bytes:
+    """A checkpoint leaf's data (docs/budget-rules.md#checkpoints): ``HEAD_LEAF_MARKER || shard || blocks`` (two
+    little-endian int64) ``|| head hash`` (its 32 bytes)."""
+    return HEAD_LEAF_MARKER + np.array([shard, blocks], dtype="<i8").tobytes() + bytes.fromhex(head_hash)

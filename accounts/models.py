@@ -106,36 +106,78 @@ class BudgetAccount(models.Model):
 
 
 class LedgerBlock(models.Model):
-    """A block of ledger entries written by one transaction, hash-chained to the previous block.
+    """A block of ledger entries written by one transaction, hash-chained to the previous block of its shard.
 
-    ``hash = sha256(prev_hash || header || canonical bytes of the block's
-    entries)`` (``accounts.ledger``); editing, deleting or inserting an entry
-    changes a recomputed hash, so the audit detects it.
+    The ledger is a set of hash chains, one per ``shard`` (docs/budget-rules.md#the-ledger): shard 0 holds the
+    ledger written before shards existed (and owner-wide events), shard ``a`` every block about the values of
+    attribute ``a``, so writers of different attributes never wait for each other.  ``hash = sha256(prev_hash ||
+    header || canonical bytes of the block's entries)`` (``accounts.ledger``); editing, deleting or inserting an
+    entry changes a recomputed hash, so the audit detects it.  ``UNIQUE (shard, prev_hash)``: a shard's chain
+    cannot fork, even if a writer forgot its head's lock.
     """
 
+    shard = models.PositiveIntegerField(default=0)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
     entry_count = models.PositiveIntegerField()
     created_at = models.DateTimeField()
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=Q(entry_count__gte=1), name="ledger_block_nonempty")]
+        indexes = [models.Index(fields=["shard", "id"], name="ledger_block_shard_id")]
+        constraints = [models.CheckConstraint(condition=Q(entry_count__gte=1), name="ledger_block_nonempty"),
+                       models.UniqueConstraint(fields=["shard", "prev_hash"], name="ledger_block_no_fork")]
 
     def __str__(self) -> str:
-        return f"Ledger block #{self.pk} ({self.entry_count} entr{'y' if self.entry_count == 1 else 'ies'})"
+        return (f"Ledger block #{self.pk} of shard {self.shard} "
+                f"({self.entry_count} entr{'y' if self.entry_count == 1 else 'ies'})")
 
 
 class LedgerHead(models.Model):
-    """Singleton row locked by every ledger write: serialises the hash chain."""
+    """The head of one shard's hash chain (``shard``: 0, or an attribute's id), locked last by every ledger write
+    to that shard: it serialises that shard's chain, and only it."""
 
-    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    shard = models.PositiveIntegerField(primary_key=True)
     last_block = models.ForeignKey(LedgerBlock, null=True, on_delete=models.PROTECT, related_name="+")
-
-    class Meta:
-        constraints = [models.CheckConstraint(condition=Q(id=1), name="ledger_head_singleton")]
+    blocks = models.PositiveIntegerField(default=0, help_text="How many blocks the shard's chain holds.")
 
     def __str__(self) -> str:
-        return f"Ledger head (last block #{self.last_block_id})" if self.last_block_id else "Ledger head (empty)"
+        return (f"Ledger head of shard {self.shard} (last block #{self.last_block_id})" if self.last_block_id
+                else f"Ledger head of shard {self.shard} (empty)")
+
+
+class LedgerCheckpoint(models.Model):
+    """A signed checkpoint of the ledger (docs/budget-rules.md#checkpoints): the root of an RFC 6962 Merkle tree
+    over the checkpoint log's first ``tree_size`` leaves, signed with Ed25519.
+
+    The log is append-only: each checkpoint appends one leaf per shard whose head moved since the previous one
+    (``LedgerCheckpointLeaf``: the shard, its block count and its head hash), so a later checkpoint is always
+    consistent with an earlier one, and the audit checks that every shard chain still holds every head ever
+    checkpointed (a shard's lost tail is caught)."""
+
+    created_at = models.DateTimeField()
+    tree_size = models.PositiveIntegerField()
+    root_hash = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=64, help_text="SHA-256 of the raw Ed25519 public key that signed it.")
+    signature = models.CharField(max_length=128, help_text="Ed25519 signature (hex) of the signed statement.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tree_size"], name="ledger_checkpoint_tree_size_unique")]
+
+    def __str__(self) -> str:
+        return f"Ledger checkpoint #{self.pk} ({self.tree_size} leaves, root {self.root_hash[:12]}...)"
+
+
+class LedgerCheckpointLeaf(models.Model):
+    """One leaf of the checkpoint log: a shard's head as a checkpoint saw it (``index`` is its position)."""
+
+    index = models.PositiveIntegerField(primary_key=True)
+    checkpoint = models.ForeignKey(LedgerCheckpoint, on_delete=models.PROTECT, related_name="leaves")
+    shard = models.PositiveIntegerField()
+    blocks = models.PositiveIntegerField()
+    head_hash = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"Checkpoint leaf {self.index}: shard {self.shard} at {self.blocks} blocks"
 
 
 class LedgerEntry(models.Model):

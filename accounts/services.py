@@ -107,7 +107,7 @@ def budget_set_ceiling(*, value_id: int, ceiling) -> BudgetAccount:
         for k, v in NO_SCHEDULE.items():
             setattr(budget, k, v)
         budget.save()
-        ledger.append(event_rows([budget], LedgerEntry.Kind.CEILING))
+        ledger.append(event_rows([budget], LedgerEntry.Kind.CEILING), shard=budget.value.attribute_id)
         if raised:
             _extend_on_commit(budget)
     return budget
@@ -128,7 +128,7 @@ def budget_set_schedule(*, value_id: int, schedule: Schedule, now: datetime | No
         for k, v in schedule.fields().items():
             setattr(budget, k, v)
         budget.save()
-        ledger.append(event_rows([budget], LedgerEntry.Kind.SCHEDULE))
+        ledger.append(event_rows([budget], LedgerEntry.Kind.SCHEDULE), shard=budget.value.attribute_id)
         if raised:
             _extend_on_commit(budget)
     return budget
@@ -137,11 +137,12 @@ def budget_set_schedule(*, value_id: int, schedule: Schedule, now: datetime | No
 def budget_set_paused(*, value_id: int, paused: bool) -> BudgetAccount:
     """Pause or resume sales of a value (a paused value is never included in a purchase)."""
     with transaction.atomic():
-        budget = BudgetAccount.objects.select_for_update().get(value_id=value_id)
+        budget = BudgetAccount.objects.select_for_update(of=("self",)).select_related("value").get(value_id=value_id)
         if budget.paused != paused:
             budget.paused = paused
             budget.save(update_fields=["paused", "updated_at"])
-            ledger.append(event_rows([budget], LedgerEntry.Kind.PAUSE if paused else LedgerEntry.Kind.RESUME))
+            ledger.append(event_rows([budget], LedgerEntry.Kind.PAUSE if paused else LedgerEntry.Kind.RESUME),
+                          shard=budget.value.attribute_id)
     return budget
 
 

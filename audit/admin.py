@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from accounts.admin import ReadOnlyAdmin, admin_link, plain_epsilon
-from accounts.models import LedgerBlock, LedgerEntry, LedgerHead
+from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
 from accounts.roles import can_audit
 from market.models import Attribute
 
@@ -157,10 +157,11 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(LedgerBlock)
 class LedgerBlockAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_at", "entry_count", "short_hash", "short_prev")
+    list_display = ("id", "shard", "created_at", "entry_count", "short_hash", "short_prev")
+    list_filter = ("shard",)
     ordering = ("-id",)
     search_ids = ("id",)
-    fields = ("id", "created_at", "entry_count", "prev_hash", "hash", "entries")
+    fields = ("id", "shard", "created_at", "entry_count", "prev_hash", "hash", "entries")
     readonly_fields = ("id", "entries")
 
     @admin.display(description="hash")
@@ -177,10 +178,43 @@ class LedgerBlockAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">the {} entries of this block</a>', url, obj.entry_count)
 
 
+class CheckpointLeafInline(admin.TabularInline):
+    model = LedgerCheckpointLeaf
+    fields = ("index", "shard", "blocks", "head_hash")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(LedgerCheckpoint)
+class LedgerCheckpointAdmin(ReadOnlyAdmin):
+    """Signed checkpoints of the ledger (docs/budget-rules.md#checkpoints), with the leaves each appended."""
+
+    list_display = ("id", "created_at", "tree_size", "short_root", "short_key")
+    ordering = ("-tree_size",)
+    fields = ("id", "created_at", "tree_size", "root_hash", "key_id", "signature")
+    inlines = [CheckpointLeafInline]
+
+    @admin.display(description="root hash")
+    def short_root(self, obj):
+        return obj.root_hash[:16] + "..."
+
+    @admin.display(description="signed by key")
+    def short_key(self, obj):
+        return obj.key_id[:16] + "..."
+
+
 @admin.register(LedgerHead)
 class LedgerHeadAdmin(ReadOnlyAdmin):
-    list_display = ("id", "last_block", "head_hash")
-    fields = ("id", "last_block", "head_hash")
+    list_display = ("shard", "blocks", "last_block", "head_hash")
+    ordering = ("shard",)
+    fields = ("shard", "blocks", "last_block", "head_hash")
     readonly_fields = ("head_hash",)
 
     @admin.display(description="hash of the last block")

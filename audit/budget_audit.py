@@ -55,19 +55,20 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+import numpy as np
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.models import LedgerHead
 
 from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
-from .hashchain import check_hash_chain
+from .hashchain import check_checkpoints, check_hash_chain
 from .money import check_money, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
 from .replay import check_replay
 from .report import AuditReport, Recorder
-from .tables import (read_blocks, read_budgets, read_chunks, read_entries, read_money, read_purchases,
+from .tables import (read_blocks, read_budgets, read_checkpoints, read_chunks, read_entries, read_heads, read_money,
+                     read_purchases,
                      read_topups_payouts, read_values)
 
 
@@ -79,7 +80,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         now_us = ledger.micros(now or timezone.now())
         e = read_entries()
         blocks, prev_hashes, hashes = read_blocks()
-        head = LedgerHead.objects.filter(id=1).values_list("last_block_id", flat=True).first()
+        heads = read_heads()
+        checkpoints, leaves = read_checkpoints()
         budgets = read_budgets()
         values = read_values()
         purchases = read_purchases()
@@ -87,7 +89,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         accounts, money = read_money()
         topups, payouts = read_topups_payouts()
 
-    check_hash_chain(rec, e, blocks, prev_hashes, hashes, head, anchor)
+    check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
+    check_checkpoints(rec, blocks, hashes, checkpoints, leaves)
     final = check_replay(rec, e)
     check_budget_rows(rec, e, final, budgets, values, now_us)
     check_purchases(rec, e, purchases, values)
@@ -96,7 +99,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
     check_money(rec, e, purchases, values, accounts, money, payouts)
     check_topups_payouts(rec, accounts, money, topups, payouts)
 
-    stats = {"blocks": int(blocks["id"].size), "ledger_entries": int(e["id"].size),
+    stats = {"blocks": int(blocks["id"].size), "shards": int(np.unique(blocks["shard"]).size),
+             "checkpoints": len(checkpoints), "ledger_entries": int(e["id"].size),
              "values": int(values["id"].size), "budgets": int(budgets["value"].size),
              "purchases": int(purchases["id"].size), "money_accounts": int(accounts["id"].size),
              "money_entries": int(money["id"].size)}

@@ -1,25 +1,33 @@
-"""The hash chain's checks (tamper evidence; docs/budget-rules.md#the-audit).
+"""The hash chains' and the checkpoints' checks (tamper evidence; docs/budget-rules.md#the-audit).
 
-Every block's hash recomputed with ``accounts.ledger.block_hash`` from its entries as stored, the blocks linked by
-``prev_hash`` in id order from the genesis hash, entry counts, the head row pointing at the last block, every
-entry's ``created_at`` equal to its block's (the hash covers the block's time, not each entry's), and optionally a
-block hash recorded earlier (``anchor``) still present -- which also catches a rewrite that recomputed every hash
-after it.  Edits, deletions, insertions and reorderings of entries or blocks all change a recomputed hash or a link.
+Per shard (docs/budget-rules.md#the-ledger): every block's hash recomputed with ``accounts.ledger.block_hash`` from
+its entries as stored, the shard's blocks linked by ``prev_hash`` in id order from the genesis hash, entry
+counts, the shard's head row pointing at its last block and counting its blocks, every entry of an attribute's
+shard about a value of that attribute, every entry's ``created_at`` equal to its block's (the hash covers the
+block's time, not each entry's), and optionally a block hash recorded earlier (``anchor``) still present --
+which also catches a rewrite that recomputed every hash after it.  Edits, deletions, insertions and
+reorderings of entries or blocks all change a recomputed hash or a link.
+
+The checkpoints (docs/budget-rules.md#checkpoints): the log's leaves numbered without gaps, every checkpoint's
+Merkle root recomputed from the leaves it covers, its Ed25519 signature valid under the service's key, and
+every head a checkpoint saw still in its shard's chain (the block at that height has that hash) -- so a
+shard's lost tail is caught even when its head row was moved back with it.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from accounts import ledger
+from ldpmarket import ledger_key, merkle
 
 from .report import Recorder, when_text
 from .tables import entry_records, lookup
 
 
-def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, head_id, anchor) -> None:
+def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, heads, anchor, values=None) -> None:
     S = "Hash chain"
     n_blocks = blocks["id"].size
-    ids, created = blocks["id"], blocks["created_at"]
+    ids, created, shards = blocks["id"], blocks["created_at"], blocks["shard"]
     # Entries grouped by block (entries are in (block, id) order).
     starts = np.searchsorted(e["block"], ids, side="left")
     ends = np.searchsorted(e["block"], ids, side="right")
@@ -30,35 +38,95 @@ def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, head_id, anc
 
     linked = np.ones(n_blocks, dtype=bool)
     rehash = np.ones(n_blocks, dtype=bool)
-    prev = ledger.GENESIS
+    prev: dict[int, str] = {}
+    last: dict[int, int] = {}
+    count: dict[int, int] = {}
     records = entry_records(e)
     for k in range(n_blocks):
-        linked[k] = prev_hashes[k] == prev
-        rehash[k] = ledger.block_hash(prev_hashes[k], ledger._dt(int(created[k])),
-                                      records[starts[k]:ends[k]]) == hashes[k]
-        prev = hashes[k]
-    rec.check(S, "blocks are linked: each prev_hash is the hash of the block before it (from genesis)", ~linked,
-              n_blocks, lambda k: f"block {ids[k]}: prev_hash {prev_hashes[k][:16]}... does not match the block "
-                                  f"before it")
+        shard = int(shards[k])
+        linked[k] = prev_hashes[k] == prev.get(shard, ledger.GENESIS)
+        rehash[k] = ledger.block_hash(prev_hashes[k], ledger._dt(int(created[k])), records[starts[k]:ends[k]],
+                                      shard) == hashes[k]
+        prev[shard], last[shard], count[shard] = hashes[k], int(ids[k]), count.get(shard, 0) + 1
+    rec.check(S, "blocks are linked: each prev_hash is the hash of the block before it in its shard (from genesis)",
+              ~linked, n_blocks, lambda k: f"block {ids[k]} of shard {shards[k]}: prev_hash {prev_hashes[k][:16]}... "
+                                           f"does not match the block before it")
     rec.check(S, "entry count of each block matches its entries", held != blocks["count"], n_blocks,
               lambda k: f"block {ids[k]} records {blocks['count'][k]} entries but holds {held[k]}")
     rec.check(S, "each block's hash recomputes from its stored entries", ~rehash, n_blocks,
               lambda k: f"block {ids[k]} (created {when_text(created[k])}, {held[k]} entries): recomputed hash differs "
                         f"from {hashes[k][:16]}...")
-    head_ok = (head_id is None and n_blocks == 0) or (n_blocks > 0 and head_id == int(ids[-1]))
-    rec.check(S, "the ledger head points at the last block", None if head_ok else np.array([0]), 1,
-              lambda _: f"head points at block {head_id}, the last block is "
-                        f"{int(ids[-1]) if n_blocks else 'none'}")
+    all_shards = sorted(set(last) | {s for s, (b, _) in heads.items() if b is not None})
+    rec.fail(S, "each shard's head points at its last block and counts its blocks", max(len(all_shards), 1),
+             [f"shard {s}: head at block {heads.get(s, (None, 0))[0]} counting {heads.get(s, (None, 0))[1]} blocks, "
+              f"the chain's last block is {last.get(s)} of {count.get(s, 0)}"
+              for s in all_shards if heads.get(s, (None, 0)) != (last.get(s), count.get(s, 0))])
     pos, found = lookup(ids, e["block"])
     mismatch = found & (e["created_at"] != created[pos])
     rec.check(S, "each entry's created_at equals its block's (the time the hash covers)", mismatch, e["id"].size,
               lambda i: f"entry {e['id'][i]}: created_at {when_text(e['created_at'][i])} but its block {e['block'][i]} "
                         f"was written at {when_text(created[pos[i]])}")
+    if values is not None:
+        vpos, vfound = lookup(values["id"], e["value"])
+        shard_of = np.where(found, shards[np.minimum(pos, max(n_blocks - 1, 0))] if n_blocks else -1, -1)
+        attribute = np.where(vfound, values["attribute"][np.minimum(vpos, max(values["id"].size - 1, 0))], -1)
+        wrong = found & vfound & (shard_of != ledger.LEGACY_SHARD) & (shard_of != attribute)
+        rec.check(S, "each entry of an attribute's shard is about a value of that attribute", wrong, e["id"].size,
+                  lambda i: f"entry {e['id'][i]} (value {e['value'][i]} of attribute {attribute[i]}) is in a block "
+                            f"of shard {shard_of[i]}")
     if anchor:
         wanted = anchor.strip().lower()
         present = wanted in set(hashes)
         rec.check(S, "the anchored block hash is still in the chain", None if present else np.array([0]), 1,
                   lambda _: anchor_not_found(wanted, hashes))
+
+
+def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves) -> None:
+    """The checkpoint log and every checkpoint against the chains (module docstring)."""
+    S = "Checkpoints"
+    indexes = np.array([leaf[0] for leaf in leaves], dtype=np.int64)
+    gaps = indexes != np.arange(indexes.size)
+    rec.check(S, "the checkpoint log's leaves are numbered 0, 1, 2, ... without a gap", gaps, indexes.size,
+              lambda i: f"leaf {indexes[i]} sits at position {i}")
+    leaf_hashes = [merkle.leaf_hash(ledger.head_leaf(shard, n, head)) for _, _, shard, n, head in leaves]
+    key = ledger_key.public_key()
+    key_id = ledger_key.key_id(key)
+    bad_root, bad_sig, bad_order = [], [], []
+    previous = 0
+    for k, (cid, created_at, size, root_hash, kid, signature) in enumerate(checkpoints):
+        if size > len(leaf_hashes) or merkle.root(leaf_hashes[:size]).hex() != root_hash:
+            bad_root.append(k)
+        if kid != key_id or not ledger_key.verify(ledger_key.statement(size, root_hash, created_at), signature, key):
+            bad_sig.append(k)
+        if size <= previous:
+            bad_order.append(k)
+        previous = size
+    n = len(checkpoints)
+    rec.fail(S, "each checkpoint's Merkle root recomputes from the leaves it covers (RFC 6962)", n,
+             [f"checkpoint {checkpoints[k][0]} (tree size {checkpoints[k][2]}): root {checkpoints[k][3][:16]}... does "
+              f"not recompute" for k in bad_root])
+    rec.fail(S, "each checkpoint is signed by the service's ledger key (Ed25519)", n,
+             [f"checkpoint {checkpoints[k][0]}: the signature does not verify under key {key_id[:16]}..."
+              for k in bad_sig])
+    rec.fail(S, "checkpoints only grow: each covers more leaves than the one before", n,
+             [f"checkpoint {checkpoints[k][0]} covers {checkpoints[k][2]} leaves, no more than the one before it"
+              for k in bad_order])
+    # Each leaf's head must still be in its shard's chain: the shard's block number `n` (1-based) has that hash.
+    by_shard: dict[int, list[str]] = {}
+    for k in range(blocks["id"].size):
+        by_shard.setdefault(int(blocks["shard"][k]), []).append(hashes[k])
+    rec.fail(S, "every head a checkpoint saw is still in its shard's chain (no tail lost or rewritten)", len(leaves),
+             [_lost_text(leaf, by_shard) for leaf in leaves
+              if not (0 < leaf[3] <= len(by_shard.get(leaf[2], [])) and by_shard[leaf[2]][leaf[3] - 1] == leaf[4])])
+
+
+def _lost_text(leaf, by_shard) -> str:
+    _, cid, shard, height, head = leaf
+    chain = by_shard.get(shard, [])
+    if height > len(chain):
+        return (f"shard {shard}: checkpoint {cid} saw {height} blocks ending in {head[:16]}..., the chain now holds "
+                f"{len(chain)}: its tail was lost")
+    return f"shard {shard}: checkpoint {cid} saw block {height} as {head[:16]}..., the chain has another block there"
 
 
 def anchor_not_found(anchor: str, hashes) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from accounts import ledger
-from accounts.models import (BudgetAccount, LedgerBlock, LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest,
+from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry,
+                             LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest,
                              TopUp)
 from market.models import Purchase, PurchaseChunk, Value
 
@@ -52,14 +53,31 @@ def entry_records(e: dict[str, np.ndarray], sl=slice(None)) -> np.ndarray:
 
 
 def read_blocks() -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """The blocks in id order: integer columns (id, entry count, created_at), and their prev_hash and hash."""
+    """The blocks in id order: integer columns (id, shard, entry count, created_at), and their prev_hash and hash."""
     table = LedgerBlock._meta.db_table
-    rows = fetch_rows(f"SELECT id, prev_hash, hash, entry_count, {timestamp_us('created_at')} FROM {table} "
-                          f"ORDER BY id")
+    rows = fetch_rows(f"SELECT id, prev_hash, hash, entry_count, {timestamp_us('created_at')}, shard FROM {table} "
+                      f"ORDER BY id")
     ids = np.array([r[0] for r in rows], dtype=np.int64)
     counts = np.array([r[3] for r in rows], dtype=np.int64)
     created = np.array([r[4] for r in rows], dtype=np.int64)
-    return {"id": ids, "count": counts, "created_at": created}, [r[1] for r in rows], [r[2] for r in rows]
+    shards = np.array([r[5] for r in rows], dtype=np.int64)
+    return ({"id": ids, "count": counts, "created_at": created, "shard": shards}, [r[1] for r in rows],
+            [r[2] for r in rows])
+
+
+def read_heads() -> dict[int, tuple[int | None, int]]:
+    """Each shard's head: ``{shard: (last block id or None, block count)}``."""
+    return {shard: (last, n) for shard, last, n in LedgerHead.objects.values_list("shard", "last_block_id", "blocks")}
+
+
+def read_checkpoints() -> tuple[list[tuple], list[tuple]]:
+    """The checkpoints in tree-size order ``(id, created_at, tree_size, root_hash, key_id, signature)`` and the
+    checkpoint log's leaves in index order ``(index, checkpoint id, shard, blocks, head_hash)``."""
+    checkpoints = list(LedgerCheckpoint.objects.order_by("tree_size", "id").values_list(
+        "id", "created_at", "tree_size", "root_hash", "key_id", "signature"))
+    leaves = list(LedgerCheckpointLeaf.objects.order_by("index").values_list(
+        "index", "checkpoint_id", "shard", "blocks", "head_hash"))
+    return checkpoints, leaves
 
 
 def read_budgets() -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 #: Minimum lengths: Django's own deploy check wants 50 characters for SECRET_KEY; the two keys the service
 #: derives its encryption and pseudonym keys from need 32 (``secrets.token_urlsafe(32)`` gives 43).
-MIN_LENGTH = {"DJANGO_SECRET_KEY": 50, "LDP_VALUE_KEY": 32, "LDP_PSEUDONYM_KEY": 32}
+MIN_LENGTH = {"DJANGO_SECRET_KEY": 50, "LDP_VALUE_KEY": 32, "LDP_PSEUDONYM_KEY": 32, "LDP_LEDGER_SIGNING_KEY": 32}
 MIN_DISTINCT = 12
 #: Lower-cased fragments of placeholders and development defaults (.env.example, settings, Django's template).
 PLACEHOLDERS = ("replace-me", "replace_me", "changeme", "change-me", "insecure", "development-", "not-for-production",

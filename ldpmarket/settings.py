@@ -29,9 +29,13 @@ LDP_VALUE_KEY = env("LDP_VALUE_KEY", default="development-value-key-not-for-prod
 LDP_PSEUDONYM_KEY = env("LDP_PSEUDONYM_KEY", default="development-pseudonym-key" if DEBUG else None)
 if not LDP_VALUE_KEY or not LDP_PSEUDONYM_KEY:
     raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY and LDP_PSEUDONYM_KEY (or DJANGO_DEBUG=1).")
+# The Ed25519 key that signs the ledger's checkpoints (ldpmarket.ledger_key, docs/budget-rules.md#checkpoints):
+# its seed is derived from this setting, or, when it is empty, from LDP_VALUE_KEY (HKDF, its own label).
+LDP_LEDGER_SIGNING_KEY = env("LDP_LEDGER_SIGNING_KEY", default="")
 if not DEBUG:  # weak, placeholder or repeated keys refuse start-up (docs/security.md, Keys)
     require_strong_keys({"DJANGO_SECRET_KEY": SECRET_KEY, "LDP_VALUE_KEY": LDP_VALUE_KEY,
-                         "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY})
+                         "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY,
+                         **({"LDP_LEDGER_SIGNING_KEY": LDP_LEDGER_SIGNING_KEY} if LDP_LEDGER_SIGNING_KEY else {})})
 
 # HTTPS (docs/security.md, Deployment). Without DEBUG: redirect to https, HSTS, cookies only over https.
 # Behind a proxy that terminates TLS, DJANGO_SECURE_PROXY_SSL_HEADER names the header it sets, e.g.
@@ -225,6 +229,14 @@ CELERY_BEAT_SCHEDULE["sweep-stranded"] = {
     "task": "market.tasks.sweep_stranded",
     "schedule": LDP_SWEEP_INTERVAL_SECONDS,
     "options": {"expires": LDP_SWEEP_INTERVAL_SECONDS},  # a sweep that waited longer than that is dropped
+}
+# Signed checkpoints of the ledger (accounts.checkpoints, docs/budget-rules.md#checkpoints): beat makes one every
+# LDP_CHECKPOINT_INTERVAL_SECONDS (none when no shard head moved); `manage.py ledger_checkpoint` makes one now.
+LDP_CHECKPOINT_INTERVAL_SECONDS = env.float("LDP_CHECKPOINT_INTERVAL_SECONDS", default=600.0)
+CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
+    "task": "market.tasks.make_ledger_checkpoint",
+    "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,
+    "options": {"expires": LDP_CHECKPOINT_INTERVAL_SECONDS},
 }
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # A purchase running when the broker goes away needs only the database: let it finish (Celery 6 would cancel it).

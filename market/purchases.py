@@ -105,7 +105,7 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
         if release.outputs is not None:
             _write_chunks(purchase, release.value_ids, release.outputs)
         if release.value_ids.size:
-            ledger.append(release.ledger_rows())
+            ledger.append(release.ledger_rows(), shard=purchase.attribute_id)
 
         if progress:
             progress(total_steps, total_steps)

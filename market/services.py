@@ -70,7 +70,8 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
                                            chains.encode(points, outputs[i]))),
                        length=points.size, head=from_micro(int(points[-1])))
                  for i, v in enumerate(values)], batch_size=2000)
-        ledger.append(event_rows(budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING))
+        ledger.append(event_rows(budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING),
+                      shard=attribute.id)
     return values
 
 
@@ -92,7 +93,7 @@ def value_delete_raw(*, value_id: int) -> Value:
             value.raw_sealed = value.input_sealed = None
             value.raw_deleted_at = timezone.now()
             value.save(update_fields=["raw_sealed", "input_sealed", "raw_deleted_at"])
-            ledger.append(event_rows([budget], LedgerEntry.Kind.RAW_DELETED))
+            ledger.append(event_rows([budget], LedgerEntry.Kind.RAW_DELETED), shard=value.attribute_id)
     return value
 
 

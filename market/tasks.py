@@ -18,6 +18,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
+from accounts.checkpoints import checkpoint_make
 from accounts.services import schedules_advance
 from ldpmarket.problems import PurchaseConflict, PurchaseError
 
@@ -39,6 +40,14 @@ def extend_chains(attribute_id: int, value_ids: list[int] | None = None) -> int:
 @shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
 def advance_schedules() -> int:
     return schedules_advance()
+
+
+@shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
+def make_ledger_checkpoint() -> int:
+    """Sign a checkpoint of the ledger's shard heads (``accounts.checkpoints``; idempotent: none when no head
+    moved); the tree size it covers."""
+    checkpoint = checkpoint_make()
+    return checkpoint.tree_size if checkpoint else 0
 
 
 @shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)

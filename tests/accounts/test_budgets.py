@@ -169,7 +169,7 @@ def test_the_ledger_refuses_to_append_outside_a_transaction():
     value = contribute(CategoricalAttributeFactory(), ["red"], ceiling="0.3")[0]
     rows = event_rows([BudgetAccount.objects.get(value=value)], LedgerEntry.Kind.PAUSE)
     with pytest.raises(RuntimeError, match="inside the transaction"):
-        ledger.append(rows)
+        ledger.append(rows, shard=value.attribute_id)
     assert ledger.verify_chain() == []
 
 

@@ -106,8 +106,9 @@ def test_one_budget_per_value(budget):
 # ---------------------------------------------------------------------------------------------
 
 def _entry(value_id, **fields):
-    block = LedgerBlock.objects.create(prev_hash=ledger.GENESIS, hash=f"{LedgerBlock.objects.count():064x}",
-                                       entry_count=1, created_at=djtz.now())
+    n = LedgerBlock.objects.count()  # a shard of its own: a second block after genesis in one shard is a fork
+    block = LedgerBlock.objects.create(shard=10**6 + n, prev_hash=ledger.GENESIS, hash=f"{n:064x}", entry_count=1,
+                                       created_at=djtz.now())
     base = dict(block=block, value_id=value_id, kind="ceiling", created_at=djtz.now(), epsilon=None,
                 chain_loss_before=0, chain_loss_after=0, oneshot_loss_before=0, oneshot_loss_after=0, ceiling=1)
     return LedgerEntry.objects.create(**{**base, **fields})
@@ -154,8 +155,10 @@ def test_ledger_blocks_and_head(budget):
     existing = LedgerBlock.objects.first()
     refused(lambda: LedgerBlock.objects.create(prev_hash=existing.hash, hash=existing.hash, entry_count=1,
                                                created_at=djtz.now()))  # a block's hash is unique
-    refused(lambda: LedgerHead.objects.create(id=2))
-    assert LedgerHead.objects.count() == 1
+    head = LedgerHead.objects.get()  # one head per shard: the budget's attribute
+    refused(lambda: LedgerHead.objects.create(shard=head.shard))
+    refused(lambda: LedgerBlock.objects.create(shard=existing.shard, prev_hash=existing.prev_hash, hash="b" * 64,
+                                               entry_count=1, created_at=djtz.now()))  # no fork in a shard
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from market.purchases import purchase_claim, purchase_execute
 from market.services import value_delete_raw
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory, contribute, fund
 
-LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry"]
+LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry", "accounts_ledgercheckpoint",
+                 "accounts_ledgercheckpointleaf"]
 
 
 @contextlib.contextmanager

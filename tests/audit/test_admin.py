@@ -10,7 +10,9 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
+from accounts.checkpoints import checkpoint_make
+from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerEntry, LedgerHead, MoneyAccount,
+                             MoneyEntry, User)
 from accounts.roles import grant_role
 from market.models import Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.urls("tests.audit.urls")
 
 OURS = ("accounts", "market")
 #: Read-only for everybody, superusers included: they change only through the services.
-READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, MoneyAccount, MoneyEntry, BudgetAccount, Value, Chain, Purchase,
+READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value, Chain, Purchase,
              PurchaseChunk, Holding]
 
 
@@ -43,12 +45,13 @@ def test_every_model_of_the_service_is_registered():
     assert labels == {"accounts.User", "accounts.BudgetAccount", "accounts.LedgerBlock", "accounts.LedgerHead",
                       "accounts.LedgerEntry", "accounts.MoneyAccount", "accounts.MoneyEntry", "market.Dataset",
                       "market.Attribute", "market.Value", "market.Chain", "market.Purchase", "market.PurchaseChunk",
-                      "market.Holding", "accounts.TopUp", "accounts.PayoutRequest"}
+                      "market.Holding", "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint"}
 
 
 @pytest.fixture
 def money_rows(market):
-    """A top-up and a payout request (an owner paid by a sale of a pricier attribute), so every model has a row."""
+    """A top-up and a payout request (an owner paid by a sale of a pricier attribute) and a ledger checkpoint, so
+    every model has a row."""
     import numpy as np
 
     from accounts import money
@@ -60,6 +63,7 @@ def money_rows(market):
     (value,) = contribute(pricey, ["red"], ceiling="2")
     buy(market.buyer, pricey, "1", np.random.default_rng(1))
     money.payout_request(owner=value.owner, amount="0.50")
+    checkpoint_make()
 
 
 def test_auditor_logs_in_and_views_every_changelist_and_change_page(market, money_rows, auditor):
@@ -96,6 +100,7 @@ def test_auditor_changes_nothing(market, money_rows, auditor):
 
 
 def test_ledger_and_money_are_read_only_even_for_superusers(market, superuser, rf):
+    checkpoint_make()  # a row of every read-only model
     client = logged_in(superuser)
     for model in READ_ONLY:
         model_admin = admin.site._registry[model]

@@ -97,7 +97,7 @@ def market_state(broker, transactional_db):
 
 def snapshot(attribute) -> dict:
     """Everything a purchase writes, as stored (the database holds only this test's data)."""
-    head = LedgerHead.objects.filter(id=1).values_list("last_block_id", flat=True).first()
+    head = LedgerHead.objects.filter(shard=attribute.id).values_list("last_block_id", flat=True).first()
     return {
         "chains": chain_rows(attribute),
         "budgets": list(BudgetAccount.objects.order_by("value_id").values_list()),
@@ -117,10 +117,11 @@ def purchase_row(purchase) -> dict:
     return row
 
 
-def ledger_lock() -> RowLock:
-    """Hold the ledger's head row: a purchase then waits inside its transaction at its ledger write, after it
-    has resolved its outputs (progress half-way) and written the chains and budgets (not committed)."""
-    return RowLock(f"SELECT id FROM {LedgerHead._meta.db_table} WHERE id = 1 FOR UPDATE")
+def ledger_lock(attribute) -> RowLock:
+    """Hold the head row of the attribute's ledger shard: a purchase then waits inside its transaction at its
+    ledger write, after it has resolved its outputs (progress half-way) and written the chains, budgets, money
+    and outputs (not committed)."""
+    return RowLock(f"SELECT shard FROM {LedgerHead._meta.db_table} WHERE shard = {int(attribute.id)} FOR UPDATE")
 
 
 def wait_mid_purchase(worker, purchase, *, exclude=()) -> tuple[list[int], list[dict]]:
@@ -221,7 +222,7 @@ def test_a_killed_worker_leaves_no_partial_purchase_and_the_redelivered_task_com
     attribute, buyer, purchase, price = market_state
     before, row_before = snapshot(attribute), purchase_row(purchase)
     first = broker.start()
-    with ledger_lock() as lock:
+    with ledger_lock(attribute) as lock:
         broker.send(TASK, purchase.id)
         killed, seen = wait_mid_purchase(first, purchase)
         # progress was visible while it ran: the task's start, then its first phase done
@@ -253,7 +254,7 @@ def test_a_killed_pool_process_leaves_no_partial_purchase_and_its_task_is_redeli
     attribute, buyer, purchase, price = market_state
     before, row_before = snapshot(attribute), purchase_row(purchase)
     worker = broker.start()
-    with ledger_lock() as lock:
+    with ledger_lock(attribute) as lock:
         broker.send(TASK, purchase.id)
         killed, _ = wait_mid_purchase(worker, purchase)
         [child] = worker.children()

@@ -133,7 +133,7 @@ def test_a_purchase_whose_worker_was_killed_is_completed_by_the_sweeper_without_
     attribute, buyer, purchase, price = new_purchase()
     before = snapshot(attribute)
     first = broker.start()
-    with ledger_lock():
+    with ledger_lock(attribute):
         broker.send(TASK, purchase.id)
         killed, _ = wait_mid_purchase(first, purchase)
         first.kill_group()
@@ -189,7 +189,7 @@ def test_redis_stopped_during_a_purchase_neither_strands_it_nor_kills_the_worker
     attribute, buyer, purchase, price = new_purchase()
     before = snapshot(attribute)
     worker = broker.start()
-    with ledger_lock():
+    with ledger_lock(attribute):
         broker.send(TASK, purchase.id)
         _, seen = wait_mid_purchase(worker, purchase)
         assert seen[-1] == {"processed": N // 2, "total": N}, seen  # progress went into the cache

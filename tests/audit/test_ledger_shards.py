@@ -1,0 +1,217 @@
+"""The sharded ledger and its signed checkpoints (docs/budget-rules.md#the-ledger, #checkpoints): one hash chain
+per attribute, no fork, no shared head; checkpoints that sign an append-only log of shard heads; and the audit
+catching a lost tail, a forged or re-rooted checkpoint and a block moved between shards."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from django.db import IntegrityError, OperationalError, connection, connections, transaction
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.checkpoints import checkpoint_make
+from accounts.models import BudgetAccount, LedgerBlock, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
+from accounts.services import budget_set_paused, event_rows
+from audit.budget_audit import audit_budgets
+from ldpmarket import ledger_key, merkle
+from tests.audit.conftest import buy, sql, tampering
+from tests.factories import CategoricalAttributeFactory, contribute
+
+pytestmark = pytest.mark.django_db
+
+
+def failed_names(report) -> set[str]:
+    return {c.name for c in report.failed}
+
+
+def second_attribute(market):
+    other = CategoricalAttributeFactory(price_policy=market.attribute.price_policy)
+    contribute(other, ["red", "green", "blue"] * 4, ceiling="2", rng=np.random.default_rng(1))
+    buy(market.buyer, other, "0.5", np.random.default_rng(2))
+    return other
+
+
+def test_each_attribute_has_its_own_chain_from_genesis(market):
+    other = second_attribute(market)
+    shards = set(LedgerBlock.objects.values_list("shard", flat=True))
+    assert shards == {market.attribute.id, other.id}
+    for shard in shards:
+        blocks = list(LedgerBlock.objects.filter(shard=shard).order_by("id"))
+        assert blocks[0].prev_hash == ledger.GENESIS
+        assert all(b.prev_hash == a.hash for a, b in zip(blocks, blocks[1:]))
+        head = LedgerHead.objects.get(shard=shard)
+        assert (head.last_block_id, head.blocks) == (blocks[-1].id, len(blocks))
+    entries = LedgerEntry.objects.select_related("block", "value")
+    assert all(e.block.shard == e.value.attribute_id for e in entries)
+    assert ledger.verify_chain() == []
+    report = audit_budgets()
+    assert report.ok, report.as_text()
+    assert report.stats["shards"] == 2
+
+
+def test_a_shard_cannot_fork(market):
+    """UNIQUE (shard, prev_hash): a second block after the same block is refused, lock or no lock."""
+    head = LedgerHead.objects.select_related("last_block").get(shard=market.attribute.id)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        LedgerBlock.objects.create(shard=market.attribute.id, prev_hash=head.last_block.prev_hash, hash="f" * 64,
+                                   entry_count=1, created_at=timezone.now())
+    # the same prev_hash in another shard is another chain: allowed
+    LedgerBlock.objects.create(shard=market.attribute.id + 1000, prev_hash=head.last_block.prev_hash,
+                               hash="e" * 64, entry_count=1, created_at=timezone.now())
+
+
+def test_a_block_moved_to_another_shard_is_caught(market):
+    block = LedgerBlock.objects.filter(shard=market.attribute.id).order_by("id").last()
+    with tampering():
+        sql("UPDATE accounts_ledgerblock SET shard = %s WHERE id = %s", [market.attribute.id + 1, block.id])
+        sql("UPDATE accounts_ledgerhead SET shard = %s WHERE shard = %s", [market.attribute.id + 1,
+                                                                             market.attribute.id])
+    report = audit_budgets()
+    assert {"each block's hash recomputes from its stored entries",
+            "blocks are linked: each prev_hash is the hash of the block before it in its shard (from genesis)",
+            "each shard's head points at its last block and counts its blocks",
+            "each entry of an attribute's shard is about a value of that attribute"} <= failed_names(report)
+
+
+def test_checkpoints_sign_an_append_only_log_of_shard_heads(market):
+    first = checkpoint_make()
+    assert first.tree_size == 1 and LedgerCheckpointLeaf.objects.count() == 1
+    leaf = LedgerCheckpointLeaf.objects.get()
+    head = LedgerHead.objects.select_related("last_block").get(shard=market.attribute.id)
+    assert (leaf.shard, leaf.blocks, leaf.head_hash) == (head.shard, head.blocks, head.last_block.hash)
+    assert first.root_hash == merkle.leaf_hash(ledger.head_leaf(leaf.shard, leaf.blocks, leaf.head_hash)).hex()
+    assert ledger_key.verify(ledger_key.statement(1, first.root_hash, first.created_at), first.signature)
+    assert first.key_id == ledger_key.key_id()
+    assert checkpoint_make().id == first.id  # no head moved: nothing new to sign
+
+    other = second_attribute(market)
+    budget_set_paused(value_id=market.fixed[5].id, paused=True)
+    second = checkpoint_make()
+    leaves = list(LedgerCheckpointLeaf.objects.order_by("index").values_list("shard", "blocks", "head_hash"))
+    assert second.tree_size == 3 and sorted(s for s, _, _ in leaves[1:]) == sorted([market.attribute.id, other.id])
+    hashes = [merkle.leaf_hash(ledger.head_leaf(*x)) for x in leaves]
+    proof = merkle.consistency_proof(1, hashes)
+    assert merkle.verify_consistency(1, 3, bytes.fromhex(first.root_hash), bytes.fromhex(second.root_hash), proof)
+    report = audit_budgets()
+    assert report.ok, report.as_text()
+    assert report.stats["checkpoints"] == 2
+
+
+def test_a_lost_tail_is_caught_even_with_its_head_moved_back(market):
+    """Delete a shard's last block and its entries and move the head back: the chain alone still verifies; the
+    checkpoint that saw the lost block does not."""
+    checkpoint_make()
+    shard = market.attribute.id
+    last = LedgerBlock.objects.filter(shard=shard).order_by("id").last()
+    before = LedgerBlock.objects.filter(shard=shard, id__lt=last.id).order_by("id").last()
+    with tampering():
+        sql("UPDATE accounts_ledgerhead SET last_block_id = %s, blocks = blocks - 1 WHERE shard = %s",
+            [before.id, shard])
+        sql("DELETE FROM accounts_ledgerentry WHERE block_id = %s", [last.id])
+        sql("DELETE FROM accounts_ledgerblock WHERE id = %s", [last.id])
+    report = audit_budgets()
+    lost = [c for c in report.failed if c.name.startswith("every head a checkpoint saw")]
+    assert lost and f"shard {shard}" in lost[0].examples[0] and "tail was lost" in lost[0].examples[0]
+    assert not [c for c in report.failed if c.section == "Hash chain"]  # the chain alone cannot tell
+
+
+def test_a_forged_or_rerooted_checkpoint_is_caught(market):
+    checkpoint = checkpoint_make()
+    with tampering():
+        sql("UPDATE accounts_ledgercheckpoint SET signature = %s WHERE id = %s", ["00" * 64, checkpoint.id])
+    assert "each checkpoint is signed by the service's ledger key (Ed25519)" in failed_names(audit_budgets())
+    with tampering():
+        sql("UPDATE accounts_ledgercheckpointleaf SET head_hash = %s WHERE checkpoint_id = %s",
+            ["ab" * 32, checkpoint.id])
+    names = failed_names(audit_budgets())
+    assert "each checkpoint's Merkle root recomputes from the leaves it covers (RFC 6962)" in names
+    assert "every head a checkpoint saw is still in its shard's chain (no tail lost or rewritten)" in names
+
+
+def test_the_signature_covers_the_statement_and_the_key_is_the_configured_one(settings):
+    now = timezone.now()
+    signature = ledger_key.sign(ledger_key.statement(3, "ab" * 32, now))
+    assert ledger_key.verify(ledger_key.statement(3, "ab" * 32, now), signature)
+    assert not ledger_key.verify(ledger_key.statement(4, "ab" * 32, now), signature)
+    assert not ledger_key.verify(ledger_key.statement(3, "ac" * 32, now), signature)
+    derived = ledger_key.key_id()
+    settings.LDP_LEDGER_SIGNING_KEY = "another-strong-ledger-signing-key-7Qz2XwLp9Rt"
+    assert ledger_key.key_id() != derived
+    assert not ledger_key.verify(ledger_key.statement(3, "ab" * 32, now), signature)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writers_of_different_attributes_do_not_wait_for_each_other():
+    """PostgreSQL: while a transaction holds shard A's head (its purchase not yet committed), a block of shard B is
+    appended at once, and one of shard A waits (lock_timeout)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: set DATABASE_URL (CI runs these)")
+    a, b = CategoricalAttributeFactory(), CategoricalAttributeFactory()
+    va = contribute(a, ["red"], ceiling="1")[0]
+    vb = contribute(b, ["red"], ceiling="1")[0]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_a():
+        try:
+            with transaction.atomic():
+                ledger.append(event_rows([BudgetAccount.objects.get(value=va)], LedgerEntry.Kind.PAUSE), shard=a.id)
+                holding.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    t = threading.Thread(target=hold_a)
+    t.start()
+    try:
+        assert holding.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '1s'")
+            ledger.append(event_rows([BudgetAccount.objects.get(value=vb)], LedgerEntry.Kind.PAUSE), shard=b.id)
+        with pytest.raises(OperationalError), transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '300ms'")
+            ledger.append(event_rows([BudgetAccount.objects.get(value=va)], LedgerEntry.Kind.RESUME), shard=a.id)
+    finally:
+        release.set()
+        t.join()
+    assert ledger.verify_chain() == []
+    assert LedgerHead.objects.get(shard=b.id).blocks == 2 and LedgerHead.objects.get(shard=a.id).blocks == 2
+
+
+def test_shard_zero_hashes_as_the_ledger_did_before_shards():
+    """The chain written before shards is shard 0: its blocks hash exactly as they did (anchors still verify);
+    a block of another shard hashes its shard too, so it cannot be moved."""
+    rows = ledger.Rows.empty(2)
+    rows.records["value"] = [3, 4]
+    rows.records["kind"] = ledger.KINDS.index("pause")
+    when = timezone.now()
+    legacy = ledger.block_hash(ledger.GENESIS, when, rows.records)
+    assert ledger.block_hash(ledger.GENESIS, when, rows.records, ledger.LEGACY_SHARD) == legacy
+    assert len({legacy, ledger.block_hash(ledger.GENESIS, when, rows.records, 5),
+                ledger.block_hash(ledger.GENESIS, when, rows.records, 6)}) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_makes_the_existing_chain_shard_zero():
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("accounts", "0011_money_entry_names")], [("accounts", "0012_ledger_shards_and_checkpoints")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Block, Head = old.get_model("accounts", "LedgerBlock"), old.get_model("accounts", "LedgerHead")
+    first = Block.objects.create(prev_hash=ledger.GENESIS, hash="a" * 64, entry_count=1, created_at=timezone.now())
+    second = Block.objects.create(prev_hash="a" * 64, hash="b" * 64, entry_count=1, created_at=timezone.now())
+    Head.objects.create(id=1, last_block=second)
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    head = new.get_model("accounts", "LedgerHead").objects.get()
+    assert (head.shard, head.last_block_id, head.blocks) == (0, second.id, 2)
+    assert set(new.get_model("accounts", "LedgerBlock").objects.values_list("shard", flat=True)) == {0}
+    assert first.id < second.id
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
