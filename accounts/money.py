@@ -1,8 +1,8 @@
 """Money services: operators' top-ups and owners' payouts (docs/money.md).
 
 Each service is one transaction that locks the money accounts it moves in the global order the purchases use
-(platform, buyer credit, owners' earnings by id: ``market.purchases._lock_money``), changes each balance and writes
-one ``MoneyEntry`` per movement with the balance after it, so the audit replays every account.  Amounts are exact
+(the buyer's credit, then owners' earnings by id, the platform last: ``market.purchases``), changes each balance
+and writes one ``MoneyEntry`` per movement with the balance after it, so the audit replays every account.  Amounts are exact
 ``Decimal`` with at most two places (cents), in the currency of the setting ``LDP_CURRENCY``.
 
 * ``money_topup`` credits a buyer (an entry of kind ``topup`` whose memo is the reason, and a ``TopUp`` saying who

@@ -19,6 +19,7 @@ BENCHMARKS: list[str] = [
     "e2_extension",
     "e3_purchase",
     "e4_api",
+    "e5_parallel",
     "paper_experiments",
     "uldp_reproduction",
     "rr3_reproduction",

@@ -109,6 +109,18 @@ def write_columns(table: str, columns: dict[str, pgbinary.Column], n: int) -> No
     insert_rows(table, list(columns), zip(*(col.values() for col in columns.values())))
 
 
+def check_deferred_constraints() -> None:
+    """Run the row checks the transaction has deferred so far (foreign keys), now rather than at commit, and
+    defer the later ones again.  PostgreSQL: ``SET CONSTRAINTS ALL IMMEDIATE`` then ``... DEFERRED`` (a purchase
+    does this before it takes the one lock all purchases share, so that its commit is short).  SQLite: nothing
+    (its checks run at commit, under its database lock)."""
+    if not is_postgresql():
+        return
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cur.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
 def update_columns(table: str, key: str, columns: dict[str, pgbinary.Column], n: int, *,
                    types: dict[str, str], temp: str) -> int:
     """``UPDATE table SET col = value ... WHERE key = row key`` for ``n`` rows given as columns (``key``'s

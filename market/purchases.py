@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import BigIntegerField, F
 from django.db.models.functions import Cast, Round
 from django.utils import timezone
@@ -77,9 +77,12 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
 
     The locks, in the one global order every writer of a value follows (so nothing deadlocks): (1) the purchase
     row; (2) the budgets by value id and (3) the chains by value id (the release's ``read``); (4) the money
-    accounts, platform, buyer, then owners by id (``lock_payment``); (5) the ledger head, last
-    (``ledger.append``).  ``progress(done, total)`` is called as phases complete (values resolved, then
-    written); ``max_price`` refuses the purchase, under the locks, if it would cost more (a quote's price guard).
+    accounts, the buyer's, then the owners' by id (``lock_payment``); (5) the head of the attribute's ledger shard
+    (``ledger.append``); (6) the platform's account, credited last of all (``_credit_platform``) after the
+    deferred row checks have run: purchases of different attributes share no lock but it (and their common
+    owners' accounts), and hold it only for their last statements and their commit.  ``progress(done, total)``
+    is called as phases complete (values resolved, then written); ``max_price`` refuses the purchase, under the
+    locks, if it would cost more (a quote's price guard).
     """
     with transaction.atomic():
         purchase = Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer").get(id=purchase_id)
@@ -101,11 +104,13 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
 
         now = timezone.now()
         release.write(now)
-        _move_money(purchase, accounts, owners, charge, owner_share)
+        fee = _move_money(purchase, accounts, owners, charge, owner_share)
         if release.outputs is not None:
             _write_chunks(purchase, release.value_ids, release.outputs)
         if release.value_ids.size:
             ledger.append(release.ledger_rows(), shard=purchase.attribute_id)
+        storage.check_deferred_constraints()  # the row checks now, not at commit under the platform's lock
+        _credit_platform(purchase, accounts, fee)
 
         if progress:
             progress(total_steps, total_steps)
@@ -131,7 +136,7 @@ class Accounts:
     """The money accounts a purchase moves, locked: balances in integer ten-thousandths."""
 
     buyer: tuple[int, int]  # (account id, balance units)
-    platform: tuple[int, int]
+    platform: int  # the platform's account id (not locked here: credited last, ``_credit_platform``)
     owner_user: np.ndarray  # owners' user ids, ascending
     owner_account: np.ndarray  # their earnings account ids
     owner_balance: np.ndarray  # their balances (units)
@@ -151,20 +156,21 @@ def lock_payment(buyer, owner_ids: np.ndarray, charge: np.ndarray, owner_share: 
 
 
 def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
-    """Ensure and lock the platform's, the buyer's and the paid owners' accounts.
+    """Ensure the platform's, the buyer's and the paid owners' accounts, and lock the buyer's and the owners'.
 
-    Locks are taken category by category in one fixed order (platform, buyer credit, owners' earnings by
-    id); the categories are disjoint, so this is one global order and purchases cannot deadlock.  Set-based:
-    one INSERT ... ON CONFLICT for missing accounts and one locking SELECT per category, with the owners
-    passed as one array (no per-owner rows in Python, no OR that would defeat the planner).
+    Locks are taken in one fixed order: the buyer's credit, then the owners' earnings by id; the platform's
+    account, which every purchase credits, is locked last of all (``_credit_platform``, after the ledger), so
+    purchases of different attributes hold it only for their last statement and their commit.  Set-based: one
+    INSERT ... ON CONFLICT for missing accounts and one locking SELECT per category, with the owners passed as
+    one array (no per-owner rows in Python, no OR that would defeat the planner).
     """
     owners = np.unique(owner_ids)
     MoneyAccount.objects.bulk_create([MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM),
                                       MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)],
                                      ignore_conflicts=True)
     units = micro_units("balance")
-    platform = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
-                .values_list("id", units).get())
+    platform = (MoneyAccount.objects.filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
+                .values_list("id", flat=True).get())
     mine = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.BUYER_CREDIT, user=buyer)
             .values_list("id", units).get())
     # Lock the existing accounts by id.  Only if some owner has none yet: create the missing ones and lock the
@@ -177,7 +183,7 @@ def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
     got = np.array(rows, dtype=np.int64).reshape(-1, 3)
     order = np.argsort(got[:, 0], kind="stable")
     got = got[order]
-    return Accounts(buyer=tuple(mine), platform=tuple(platform), owner_user=got[:, 0], owner_account=got[:, 1],
+    return Accounts(buyer=tuple(mine), platform=int(platform), owner_user=got[:, 0], owner_account=got[:, 1],
                     owner_balance=got[:, 2])
 
 
@@ -186,24 +192,39 @@ def micro_units(field: str):
     return Cast(Round(F(field) * UNITS), BigIntegerField())
 
 
-def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> None:
-    """Debit the buyer, credit the platform's fee and each owner's share: set-based, in integer units."""
+def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> int:
+    """Debit the buyer and credit each owner's share: set-based, in integer units; returns the platform's fee,
+    credited last (``_credit_platform``)."""
     total = int(charge.sum())
     if total == 0:
-        return
+        return 0
     fee = total - int(owner_share.sum())
     paid = owner_share > 0
     owners, per_owner = np.unique(owner_ids[paid], return_inverse=True)
     amounts = np.bincount(per_owner, weights=owner_share[paid], minlength=owners.size).astype(np.int64)
     pos = np.searchsorted(accounts.owner_user, owners)
-    ids = np.concatenate([[accounts.buyer[0], accounts.platform[0]], accounts.owner_account[pos]])
-    moves = np.concatenate([[-total, fee], amounts])
-    after = np.concatenate([[accounts.buyer[1], accounts.platform[1]], accounts.owner_balance[pos]]) + moves
+    ids = np.concatenate([[accounts.buyer[0]], accounts.owner_account[pos]])
+    moves = np.concatenate([[-total], amounts])
+    after = np.concatenate([[accounts.buyer[1]], accounts.owner_balance[pos]]) + moves
     keep = moves != 0
     ids, moves, after = ids[keep], moves[keep], after[keep]
-    slot = np.flatnonzero(keep)  # 0 buyer, 1 platform, 2.. owners
-    now = timezone.now()
-    _write_money(purchase, ids, moves, after, slot, now)
+    slot = np.where(np.flatnonzero(keep) == 0, 0, 2)  # 0 buyer, 2 owners
+    _write_money(purchase, ids, moves, after, slot, timezone.now())
+    return fee
+
+
+def _credit_platform(purchase, accounts: Accounts, fee: int) -> None:
+    """Credit the platform's fee: the last lock of a purchase (its account is shared by every purchase), one
+    ``UPDATE ... RETURNING`` and one entry."""
+    if fee == 0:
+        return
+    table = MoneyAccount._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET balance = balance + %s WHERE id = %s RETURNING "
+                    f"CAST(round(balance * {UNITS}) AS bigint)", [units_to_decimal(fee), accounts.platform])
+        (after,) = cur.fetchone()
+    _write_money(purchase, np.array([accounts.platform]), np.array([fee]), np.array([after]), np.array([1]),
+                 timezone.now())
 
 
 MEMOS = ("purchase", "platform fee", "share of a sale")
