@@ -219,9 +219,9 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             chains = c.rowcount
             c.execute("UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, %(e)s), updated_at = now() "
                       "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %(a)s)", p)
-            c.execute("INSERT INTO accounts_ledgerblock (prev_hash, hash, entry_count, created_at) "
-                      "VALUES (repeat('0', 64), md5(random()::text) || md5(random()::text), %s, now()) RETURNING id",
-                      [n])
+            c.execute("INSERT INTO accounts_ledgerblock (shard, prev_hash, hash, entry_count, created_at) "
+                      "VALUES (%s, md5(random()::text) || md5(random()::text), "
+                      "md5(random()::text) || md5(random()::text), %s, now()) RETURNING id", [attribute_id, n])
             p["block"] = c.fetchone()[0]
             c.execute("INSERT INTO accounts_ledgerentry (block_id, value_id, purchase_id, kind, created_at, epsilon, "
                       "chain_loss_before, chain_loss_after, oneshot_loss_before, oneshot_loss_after, ceiling, "
