@@ -130,18 +130,6 @@ def test_a_forged_or_rerooted_checkpoint_is_caught(market):
     assert "every head a checkpoint saw is still in its shard's chain (no tail lost or rewritten)" in names
 
 
-def test_the_signature_covers_the_statement_and_the_key_is_the_configured_one(settings):
-    now = timezone.now()
-    signature = ledger_key.sign(ledger_key.statement(3, "ab" * 32, now))
-    assert ledger_key.verify(ledger_key.statement(3, "ab" * 32, now), signature)
-    assert not ledger_key.verify(ledger_key.statement(4, "ab" * 32, now), signature)
-    assert not ledger_key.verify(ledger_key.statement(3, "ac" * 32, now), signature)
-    derived = ledger_key.key_id()
-    settings.LDP_LEDGER_SIGNING_KEY = "another-strong-ledger-signing-key-7Qz2XwLp9Rt"
-    assert ledger_key.key_id() != derived
-    assert not ledger_key.verify(ledger_key.statement(3, "ab" * 32, now), signature)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_writers_of_different_attributes_do_not_wait_for_each_other():
     """PostgreSQL: while a transaction holds shard A's head (its purchase not yet committed), a block of shard B is
