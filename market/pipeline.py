@@ -37,6 +37,7 @@ from . import oneshot, purchases, selectors
 from .models import Attribute, Purchase
 from .oneshot_specs import Spec
 from .progress import progress_reporter, progress_set
+from .purchases import purchase_fail
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,3 @@ def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | Non
         if not (conflicts_retried and isinstance(exc, PurchaseConflict)):
             purchase_fail(purchase_id=purchase_id, error=str(exc))
         raise
-
-
-def purchase_fail(*, purchase_id: int, error: str) -> None:
-    """Record why a purchase could not run (nothing else was written: its transaction rolled back)."""
-    purchases.purchase_fail(purchase_id=purchase_id, error=error)

@@ -23,7 +23,8 @@ from accounts.services import schedules_advance
 from ldpmarket.problems import PurchaseConflict, PurchaseError
 
 from .models import Purchase
-from .pipeline import purchase_fail, purchase_run
+from .pipeline import purchase_run
+from .purchases import purchase_fail
 from .services import chains_extend
 from .sweeper import sweep
 

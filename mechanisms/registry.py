@@ -26,8 +26,7 @@ from typing import Callable
 import numpy as np
 
 from . import estimators, olh, oue, private_sampling, rr3, surveys, uldp
-from .release_stats import (SIMPLEX3, Z95, PredictedError, Shape, em_matrix, empty_result, frequencies,
-                            per_label)
+from .release_stats import SIMPLEX3, Z95, PredictedError, Shape, em_matrix, frequencies, per_label
 
 CHAIN, ONESHOT, SURVEY = "chain", "oneshot", "survey"
 #: The guarantees a release carries, as the ledger stores them (``accounts.models.LedgerEntry.Guarantee``).
@@ -742,7 +741,3 @@ SENSITIVE_CODES = tuple(r.code for r in RECORDS if r.uses_sensitive)
 def get(code: str) -> Mechanism:
     """The record of ``code`` (``KeyError`` for an unknown one)."""
     return REGISTRY[code]
-
-
-def empty_estimate(record: Mechanism, n: int, charged) -> dict:
-    return empty_result(n, float(charged), record.code, record.guarantee)
