@@ -35,7 +35,43 @@ from .oneshot_specs import draw, draw_batch, guarantee_label, run_survey, spec_o
 from .pricing import PricePolicy
 
 
-class ChainRelease:
+class _Release:
+    """What both releases share: ``cand`` (the candidates read under their locks), ``inc`` (indices into it of
+    the released values) and ``e`` (the epsilon released, in micro-epsilons), set by ``read``."""
+
+    purchase: Purchase
+    cand: object
+    inc: np.ndarray
+    e: int
+
+    @property
+    def candidates(self) -> int:
+        return int(self.cand.value_ids.size)
+
+    @property
+    def value_ids(self) -> np.ndarray:
+        return self.cand.value_ids[self.inc]
+
+    @property
+    def owner_ids(self) -> np.ndarray:
+        return self.cand.owner_ids[self.inc]
+
+    def _ledger_rows(self, kind: str) -> ledger.Rows:
+        """One entry per released value: its value, the release, the purchase, the losses before (after: the
+        caller's) and the ceiling in force."""
+        rows = ledger.Rows.empty(self.inc.size)
+        rec = rows.records
+        rec["value"] = self.value_ids
+        rec["kind"] = ledger.KINDS.index(kind)
+        rec["epsilon"] = self.e
+        rec["reference"] = self.purchase.id
+        rec["chain_before"] = self.cand.chain_loss[self.inc]
+        rec["oneshot_before"] = self.cand.oneshot_loss[self.inc]
+        rec["ceiling"] = self.cand.ceiling[self.inc]
+        return rows
+
+
+class ChainRelease(_Release):
     """A gradual-release purchase at ``purchase.epsilon`` (module docstring)."""
 
     def __init__(self, purchase: Purchase, rng=None):
@@ -64,18 +100,6 @@ class ChainRelease:
         self.inc = elig[ok]  # indices into cand of the released values
         self.outputs = self.lookup.outputs[ok]
 
-    @property
-    def candidates(self) -> int:
-        return int(self.cand.value_ids.size)
-
-    @property
-    def value_ids(self) -> np.ndarray:
-        return self.cand.value_ids[self.inc]
-
-    @property
-    def owner_ids(self) -> np.ndarray:
-        return self.cand.owner_ids[self.inc]
-
     def charge(self, policy: PricePolicy) -> np.ndarray:
         """Per included value, in money units: the policy price at e less the buyer's upgrade credit."""
         self.held, self.holding_ids = held_epsilons(self.purchase.buyer_id, self.attribute, self.value_ids)
@@ -90,17 +114,10 @@ class ChainRelease:
         _write_holdings(self.purchase.buyer_id, self.value_ids, self.held, self.holding_ids, e)
 
     def ledger_rows(self) -> ledger.Rows:
-        cand, inc, e = self.cand, self.inc, self.e
-        rows = ledger.Rows.empty(inc.size)
+        rows = self._ledger_rows(LedgerEntry.Kind.CHAIN_RELEASE)
         rec = rows.records
-        rec["value"] = cand.value_ids[inc]
-        rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.CHAIN_RELEASE)
-        rec["epsilon"] = e
-        rec["reference"] = self.purchase.id
-        rec["chain_before"] = cand.chain_loss[inc]
-        rec["chain_after"] = np.maximum(cand.chain_loss[inc], e)
-        rec["oneshot_before"] = rec["oneshot_after"] = cand.oneshot_loss[inc]
-        rec["ceiling"] = cand.ceiling[inc]
+        rec["chain_after"] = np.maximum(rec["chain_before"], self.e)
+        rec["oneshot_after"] = rec["oneshot_before"]
         return rows
 
     def record(self, purchase: Purchase) -> None:
@@ -112,7 +129,7 @@ class ChainRelease:
         purchase.new_points = int(self.lookup.inserted.sum())
 
 
-class OneshotRelease:
+class OneshotRelease(_Release):
     """A one-shot purchase or a survey (module docstring)."""
 
     def __init__(self, purchase: Purchase, rng=None):
@@ -150,18 +167,6 @@ class OneshotRelease:
         if self.e > to_micro(spec.charged):  # pragma: no cover - ic_deck guarantees the realised level <= target
             raise PurchaseError("The realised epsilon exceeds what the values were checked for.")
 
-    @property
-    def candidates(self) -> int:
-        return int(self.cand.value_ids.size)
-
-    @property
-    def value_ids(self) -> np.ndarray:
-        return self.cand.value_ids[self.inc]
-
-    @property
-    def owner_ids(self) -> np.ndarray:
-        return self.cand.owner_ids[self.inc]
-
     def charge(self, policy: PricePolicy) -> np.ndarray:
         """Per included value, in money units: the policy price at the charged epsilon (no upgrade credit)."""
         unit = int(policy.units(np.array([self.e]))[0])
@@ -176,17 +181,10 @@ class OneshotRelease:
                                    "updated_at": "timestamptz"})
 
     def ledger_rows(self) -> ledger.Rows:
-        cand, inc, e = self.cand, self.inc, self.e
-        rows = ledger.Rows.empty(inc.size)
+        rows = self._ledger_rows(LedgerEntry.Kind.ONESHOT_RELEASE)
         rec = rows.records
-        rec["value"] = cand.value_ids[inc]
-        rec["kind"] = ledger.KINDS.index(LedgerEntry.Kind.ONESHOT_RELEASE)
-        rec["epsilon"] = e
-        rec["reference"] = self.purchase.id
-        rec["chain_before"] = rec["chain_after"] = cand.chain_loss[inc]
-        rec["oneshot_before"] = cand.oneshot_loss[inc]
-        rec["oneshot_after"] = cand.oneshot_loss[inc] + e
-        rec["ceiling"] = cand.ceiling[inc]
+        rec["chain_after"] = rec["chain_before"]
+        rec["oneshot_after"] = rec["oneshot_before"] + self.e
         rec["guarantee"] = ledger.GUARANTEES.index(self.spec.guarantee)
         return rows
 
