@@ -70,3 +70,28 @@ def checkpoint() -> None:
             c.execute("CHECKPOINT")
     except Exception:  # not a superuser: go on without
         pass
+
+
+def restore_chains(snapshot: str) -> None:
+    """Chains back to the copy in ``snapshot`` (a fresh table) and every ``chain_loss`` back to 0, vacuumed and
+    checkpointed: each timed purchase starts from the same state (E3, E5)."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("TRUNCATE market_chain")
+        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
+        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {snapshot} ORDER BY value_id")
+        c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
+    with connection.cursor() as c:
+        c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount, market_holding")
+    checkpoint()
+
+
+def funded_buyer(username: str, credit):
+    """A new buyer with ``credit`` on their account (and its entry): no holdings, so no upgrade credit."""
+    from accounts.models import MoneyAccount, MoneyEntry, User
+
+    buyer = User.objects.create(username=username, role=User.Role.BUYER, password="!")
+    account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT, balance=credit)
+    MoneyEntry.objects.create(account=account, amount=credit, balance_after=credit, memo="benchmark credit")
+    return buyer

@@ -68,7 +68,7 @@ from urllib.parse import urlsplit
 
 
 from . import _common
-from ._postgres import admin, checkpoint, server_url, setup_django, with_db
+from ._postgres import admin, checkpoint, funded_buyer, restore_chains, server_url, setup_django, with_db
 
 NAME = "e3_purchase"
 DB_NAME = "ldpbench_e3"
@@ -129,18 +129,7 @@ def _setup(n: int) -> int:
 
 def _reset() -> None:
     """Chains back to 0.1 .. 1.0 (a fresh table) and chain_loss back to 0: every timed run starts alike."""
-    from django.db import connection, transaction
-
-    from . import e2_extension as e2
-
-    with transaction.atomic(), connection.cursor() as c:
-        c.execute("TRUNCATE market_chain")
-        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
-        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {FULL_CHAINS} ORDER BY value_id")
-        c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
-    with connection.cursor() as c:
-        c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount")
-    checkpoint()
+    restore_chains(FULL_CHAINS)
 
 
 _buyers = 0
@@ -148,16 +137,9 @@ _buyers = 0
 
 def _new_buyer(n: int):
     """A fresh buyer (no holdings: no upgrade credit) with enough credit for n values."""
-    from accounts.models import MoneyAccount, MoneyEntry, User
-
     global _buyers
     _buyers += 1
-    buyer = User.objects.create(username=f"e3-buyer-{n}-{_buyers}-{time.monotonic_ns()}", role=User.Role.BUYER,
-                                password="!")
-    credit = CREDIT_PER_VALUE * n
-    account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT, balance=credit)
-    MoneyEntry.objects.create(account=account, amount=credit, balance_after=credit, memo="benchmark credit")
-    return buyer
+    return funded_buyer(f"e3-buyer-{n}-{_buyers}-{time.monotonic_ns()}", CREDIT_PER_VALUE * n)
 
 
 # --------------------------------------------------------------------------- the limit

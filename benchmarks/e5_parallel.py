@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import _common
-from ._postgres import admin, checkpoint, server_url, setup_django, with_db
+from ._postgres import admin, funded_buyer, restore_chains, server_url, setup_django, with_db
 
 NAME = "e5_parallel"
 DB_NAME = "ldpbench_e5"
@@ -96,25 +96,11 @@ def _setup(n: int) -> list[int]:
     return ids
 
 
-def _reset() -> None:
-    from django.db import connection, transaction
-
-    with transaction.atomic(), connection.cursor() as c:
-        c.execute("TRUNCATE market_chain")
-        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
-        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {FULL_CHAINS} ORDER BY value_id")
-        c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
-    with connection.cursor() as c:
-        c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount, market_holding")
-    checkpoint()
-
-
 _buyers = 0
 
 
 def _claims(attribute_ids: list[int], n: int) -> list[int]:
     """A fresh funded buyer per attribute, each with a claimed purchase of every value at EPSILON."""
-    from accounts.models import MoneyAccount, MoneyEntry, User
     from market.models import Attribute
     from market.purchases import purchase_claim
 
@@ -122,11 +108,7 @@ def _claims(attribute_ids: list[int], n: int) -> list[int]:
     out = []
     for attribute_id in attribute_ids:
         _buyers += 1
-        buyer = User.objects.create(username=f"e5-buyer-{_buyers}-{time.monotonic_ns()}", role=User.Role.BUYER,
-                                    password="!")
-        credit = CREDIT_PER_VALUE * n
-        account = MoneyAccount.objects.create(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT, balance=credit)
-        MoneyEntry.objects.create(account=account, amount=credit, balance_after=credit, memo="benchmark credit")
+        buyer = funded_buyer(f"e5-buyer-{_buyers}-{time.monotonic_ns()}", CREDIT_PER_VALUE * n)
         purchase, _ = purchase_claim(buyer=buyer, attribute=Attribute.objects.get(id=attribute_id),
                                      epsilon=EPSILON, cohort=None, idempotency_key=f"e5-{buyer.id}")
         out.append(purchase.id)
@@ -254,11 +236,11 @@ def main() -> dict:
         worker = Worker(Path(os.environ.get("E5_WORKER_LOG", "/tmp/e5_worker.log")))
         both, seq, details, seen = [], [], [], 0
         for r in range(ROUNDS):
-            _reset()
+            restore_chains(FULL_CHAINS)
             t_both = _at_once(attribute_ids, N)
             time.sleep(0.5)  # the worker logs a task's end just after its commit
             d_both, seen = _durations(worker, seen)
-            _reset()
+            restore_chains(FULL_CHAINS)
             t_seq = _one_after_the_other(attribute_ids, N)
             time.sleep(0.5)
             d_seq, seen = _durations(worker, seen)
