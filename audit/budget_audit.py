@@ -35,6 +35,11 @@ the others, none or ``ldp`` for chains); surveys store no outputs at all (the
 buyer gets only the aggregate).  And per value, ``oneshot_loss`` equals the sum
 of its one-shot releases' epsilons.
 
+**Chains** (``audit.chains``): every gradual-release value has its own slot in
+a chain block; every sealed chain point opens (bound to its identity); each
+head is its slot's highest point and covers the chain loss; every chain
+purchase's released outputs are the stored points at its epsilon (no fork).
+
 **Money**: every account's balance equals the sum of its entries and its last
 ``balance_after`` (each entry's ``balance_after`` is the running sum); per
 purchase the buyer's debit equals the price and equals the owners' shares plus
@@ -62,6 +67,7 @@ from accounts import ledger
 
 from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
+from .chains import check_chains
 from .hashchain import check_checkpoints, check_hash_chain
 from .money import check_money, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
@@ -88,6 +94,7 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         chunks = read_chunks()
         accounts, money = read_money()
         topups, payouts = read_topups_payouts()
+        check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
     check_checkpoints(rec, blocks, hashes, checkpoints, leaves)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from accounts.epsilon import MICRO
-from market import chains as market_chains
+from market import chainstore
 from market import domain, sealing
-from market.models import Attribute, Chain, Value
+from market.models import Attribute, Value
 from mechanisms.audit import ATTACKERS, LEAK_LEVEL, run_attacks
 from mechanisms.random import words
 
@@ -126,7 +126,7 @@ def _sample_ids(ids: np.ndarray, k: int, rng) -> np.ndarray:
 
 
 def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rng) -> AttributeAudit:
-    m, width = attribute.domain_size, attribute.width
+    m = attribute.domain_size
     out = AttributeAudit(attribute.id, str(attribute), m, attribute.kind)
     if attribute.is_oneshot:
         out.values = int(Value.objects.filter(attribute=attribute).count())
@@ -140,8 +140,8 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
     rows = []
     for s in range(0, chosen.size, 1000):
         part = chosen[s:s + 1000].tolist()
-        rows += list(Chain.objects.filter(value_id__in=part).order_by("value_id").values_list(
-            "value_id", "value__owner_id", "value__input_sealed", "epsilons", "outputs"))
+        rows += list(Value.objects.filter(id__in=part, block__isnull=False).order_by("id").values_list(
+            "id", "owner_id", "input_sealed", "block_id", "slot"))
     out.sampled = len(rows)
     if not rows:
         out.note = "no stored chains with their raw value to audit"
@@ -153,22 +153,22 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
         out.error = f"sealed inputs do not open: {exc}"
         return out
     truth = domain.from_payload(attribute, payload)  # (n, width)
-    decoded = [market_chains.decode(r[3], r[4], width) for r in rows]
-    all_eps = np.concatenate([d[0] for d in decoded])
+    block_ids = np.array([r[3] for r in rows], dtype=np.int64)
+    slots = np.array([r[4] for r in rows], dtype=np.int64)
+    blocks = chainstore.read(block_ids)
+    all_eps = np.concatenate(chainstore.epsilons_of(blocks, block_ids, slots))
     distinct, counts = np.unique(all_eps, return_counts=True)
     common = distinct[counts >= coverage * len(rows)]
     out.common_epsilons = int(common.size)
     if common.size == 0:
         out.note = "the sampled chains share no epsilon"
         return out
-    n, L = len(rows), common.size
-    present = np.zeros((n, L), dtype=bool)
-    outputs = np.full((n, L, width), -1, dtype=np.int64)
-    for i, (eps, outs) in enumerate(decoded):
-        pos = np.clip(np.searchsorted(eps, common), 0, max(eps.size - 1, 0))
-        hit = eps[pos] == common
-        present[i] = hit
-        outputs[i, hit] = outs[pos[hit]]
+    L = common.size
+    try:
+        present, outputs = chainstore.grid_of_points(attribute, blocks, block_ids, slots, common)
+    except sealing.SealBroken as exc:
+        out.error = f"stored chain points do not open: {exc}"
+        return out
     steps = np.unique(np.round(np.linspace(1, L, min(levels, L))).astype(np.int64))
     threshold = LEAK_LEVEL / steps.size  # Bonferroni over the levels of one attribute
     for j in steps:

@@ -17,7 +17,7 @@ from accounts.epsilon import from_micro
 
 from .codes import GUARANTEES, MECHANISMS, MONEY_UNITS, STATUSES
 
-SECTIONS = ("Hash chain", "Checkpoints", "Budget replay", "Budgets and values", "Purchases", "Money")
+SECTIONS = ("Hash chain", "Checkpoints", "Budget replay", "Budgets and values", "Chains", "Purchases", "Money")
 
 @dataclass
 class Check:

@@ -247,6 +247,8 @@ if REDIS_URL:
 
 # Chain extension: values per transaction (memory stays flat in the number of values).
 LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=20000)
+# Chains in blocks (docs/architecture.md#chains-in-blocks): values per chain block, for blocks created from now on.
+LDP_CHAIN_BLOCK = env.int("LDP_CHAIN_BLOCK", default=2048)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from django import forms
 from django.contrib import admin
-from django.db.models import Count, F
+from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -22,8 +22,8 @@ from accounts import roles
 from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
 from accounts.epsilon import MICRO, to_micro
 
-from . import chains, domain, sealing
-from .models import Attribute, Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
+from . import chainstore, domain, sealing
+from .models import Attribute, Dataset, Holding, Purchase, PurchaseChunk, Value
 from .oneshot_specs import guarantee_label
 
 log = logging.getLogger("ldpmarket.audit")
@@ -161,12 +161,16 @@ class ValueAdmin(ReadOnlyAdmin):
 
     @admin.display(description="chain")
     def chain_link(self, obj):
-        if obj.attribute.is_oneshot:
+        if obj.attribute.is_oneshot or obj.block_id is None:
             return "none (one-shot mechanism: every release is a fresh draw)"
-        return admin_link("market_chain", obj.id, "stored chain")
+        points, head = chainstore.lengths_and_heads([(obj.block_id, obj.slot)]).get((obj.block_id, obj.slot), (0, 0))
+        return format_html("{} points up to epsilon {} (slot {} of chain block #{}); its steps are listed below",
+                           points, f"{head / MICRO:g}", obj.slot, obj.block_id)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = dict(extra_context or {})
+        if str(object_id).isdigit():
+            extra.update(self._steps(request, int(object_id)))
         if roles.can_read_raw_values(request.user) and str(object_id).isdigit():
             row = Value.objects.filter(id=int(object_id)).values_list("raw_sealed", "owner_id", "attribute_id").first()
             if row is not None:
@@ -181,67 +185,31 @@ class ValueAdmin(ReadOnlyAdmin):
                     log.info("raw value %s opened in the admin by %s", object_id, request.user.username)
         return super().change_view(request, object_id, form_url, extra)
 
-
-@admin.register(Chain)
-class ChainAdmin(ReadOnlyAdmin):
-    list_display = ("value_link", "attribute", "length", "head", "released", "updated_at")
-    list_filter = (("value__attribute", admin.RelatedFieldListFilter),)
-    search_ids = ("value_id",)
-    search_users = ("value__owner",)
-    search_help_text = "A value id, or an owner's username."
-    ordering = ("-value_id",)
-    fields = ("value_link", "attribute", "length", "head", "released", "updated_at", "epsilon_summary")
-    readonly_fields = ("value_link", "attribute", "released", "epsilon_summary")
-
-    def get_queryset(self, request):
-        return (super().get_queryset(request).defer("epsilons", "outputs", "head_output")
-                .annotate(released_eps=F("value__budget__chain_loss"), attribute_id=F("value__attribute_id")))
-
-    @admin.display(description="value", ordering="value_id")
-    def value_link(self, obj):
-        return admin_link("market_value", obj.value_id)
-
-    @admin.display(description="attribute", ordering="attribute_id")
-    def attribute(self, obj):
-        return admin_link("market_attribute", obj.attribute_id)
-
-    @admin.display(description="released up to (chain loss)", ordering="released_eps")
-    def released(self, obj):
-        return obj.released_eps
-
-    @admin.display(description="epsilons")
-    def epsilon_summary(self, obj):
-        eps = np.frombuffer(bytes(obj.epsilons), dtype=chains.EPS) / MICRO
-        if eps.size <= 12:
-            return ", ".join(f"{e:g}" for e in eps)
-        return (", ".join(f"{e:g}" for e in eps[:6]) + f", ... ({eps.size - 12} more) ..., "
-                + ", ".join(f"{e:g}" for e in eps[-6:]))
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra = dict(extra_context or {})
-        chain = Chain.objects.filter(value_id=object_id).select_related("value__attribute", "value__budget").first() \
-            if str(object_id).isdigit() else None
-        if chain is not None:
-            attribute = chain.value.attribute
-            eps, out = chains.decode(chain.epsilons, chain.outputs, attribute.width)
-            released = to_micro(chain.value.budget.chain_loss)
-            unreleased_shown = roles.can_read_raw_values(request.user)  # never sold: as private as the raw value
-            released_shown = roles.can_read_purchased_data(request.user)  # sold: what buyers paid for
-            label = output_labels(attribute)
-            idx = np.arange(eps.size)
-            if eps.size > MAX_STEPS_SHOWN:
-                half = MAX_STEPS_SHOWN // 2
-                idx = np.concatenate([idx[:half], idx[-half:]])
-            steps = []
-            for i in idx.tolist():
-                shown = released_shown if eps[i] <= released else unreleased_shown
-                steps.append({"index": i + 1, "epsilon": f"{eps[i] / MICRO:g}", "released": bool(eps[i] <= released),
-                              "output": label(out[i]) if shown else None})
-            extra.update({"steps": steps, "steps_total": int(eps.size), "steps_truncated": eps.size > idx.size,
-                          "released_epsilon": chain.value.budget.chain_loss,
-                          "withheld_released": 0 if released_shown else int((eps <= released).sum()),
-                          "withheld_unreleased": 0 if unreleased_shown else int((eps > released).sum())})
-        return super().change_view(request, object_id, form_url, extra)
+    def _steps(self, request, value_id: int) -> dict:
+        """The value's chain, step by step (its slot across its block's rows, ``market.chainstore``), with each
+        output shown only to whom may see it."""
+        value = Value.objects.filter(id=value_id, block__isnull=False).select_related("attribute", "budget").first()
+        if value is None:
+            return {}
+        attribute = value.attribute
+        eps, out = chainstore.chain_of(attribute, value.block_id, value.slot)
+        released = to_micro(value.budget.chain_loss)
+        unreleased_shown = roles.can_read_raw_values(request.user)  # never sold: as private as the raw value
+        released_shown = roles.can_read_purchased_data(request.user)  # sold: what buyers paid for
+        label = output_labels(attribute)
+        idx = np.arange(eps.size)
+        if eps.size > MAX_STEPS_SHOWN:
+            half = MAX_STEPS_SHOWN // 2
+            idx = np.concatenate([idx[:half], idx[-half:]])
+        steps = []
+        for i in idx.tolist():
+            shown = released_shown if eps[i] <= released else unreleased_shown
+            steps.append({"index": i + 1, "epsilon": f"{eps[i] / MICRO:g}", "released": bool(eps[i] <= released),
+                          "output": label(out[i]) if shown else None})
+        return {"steps": steps, "steps_total": int(eps.size), "steps_truncated": eps.size > idx.size,
+                "released_epsilon": value.budget.chain_loss,
+                "withheld_released": 0 if released_shown else int((eps <= released).sum()),
+                "withheld_unreleased": 0 if unreleased_shown else int((eps > released).sum())}
 
 
 # =============================================================================================

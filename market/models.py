@@ -208,6 +208,61 @@ class Attribute(models.Model):
         return registry.get(self.mechanism).width(self.shape)
 
 
+class ChainBlock(models.Model):
+    """Up to ``capacity`` values of one gradual-release attribute, in the order they arrived
+    (docs/architecture.md#chains-in-blocks).  A value's ``(block, slot)`` never changes.
+
+    ``heads``: little-endian int64 per slot, the micro-epsilon of the slot's highest stored point (0: an empty
+    slot).  Heads are public facts (a chain's highest pre-generated epsilon, as the ceiling and the loss are);
+    the outputs are in the block's sealed ``ChainPoint`` rows.  ``revision`` grows with every write: a writer
+    updates the row only at the revision it read, so two writers never both extend a slot's head.
+    """
+
+    attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="chain_blocks", db_index=False)
+    index = models.PositiveIntegerField()
+    capacity = models.PositiveIntegerField()
+    size = models.PositiveIntegerField(default=0)
+    heads = models.BinaryField()
+    revision = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["attribute", "index"], name="chain_block_index_unique"),
+            models.CheckConstraint(condition=Q(capacity__gte=1, size__lte=F("capacity")), name="chain_block_size"),
+            models.CheckConstraint(condition=Exact(Length("heads"), F("capacity") * 8), name="chain_block_heads_length"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Chain block {self.index} of attribute #{self.attribute_id} ({self.size} of {self.capacity} slots)"
+
+
+class ChainPoint(models.Model):
+    """One stored epsilon of a block's chains: the outputs of the block's slots at ``epsilon`` (micro-epsilons),
+    sealed at rest (``market.sealing.seal_points``: AES-256-GCM bound to the row's attribute, block, epsilon and
+    ``present`` bitmap).  ``present``: one bit per slot (LSB first), set where the slot has a point here.
+
+    ``UNIQUE (block, epsilon)``: a point is inserted once; a writer adding slots to an existing point updates it
+    only at the ``revision`` it read.  Either way a second writer working from the same state is refused, so a
+    chain never forks, even without the attribute's chain lock (docs/architecture.md#chains-in-blocks).
+    """
+
+    block = models.ForeignKey(ChainBlock, on_delete=models.CASCADE, related_name="points", db_index=False)
+    attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="+", db_index=False)
+    epsilon = models.BigIntegerField()
+    present = models.BinaryField()
+    sealed = models.BinaryField()
+    revision = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["block", "epsilon"], name="chain_point_unique"),
+            models.CheckConstraint(condition=Q(epsilon__gte=0, epsilon__lte=700_000_000), name="chain_point_epsilon"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Point at {self.epsilon / 1e6:g} of chain block #{self.block_id}"
+
+
 class Value(models.Model):
     """An owner's datum for one attribute.
 
@@ -215,7 +270,7 @@ class Value(models.Model):
     ``input_sealed`` is the mechanism's input (category index, discretized
     bit, or Bloom bits) sealed by ``market.sealing`` so chains can be extended
     in vectorized batches.  Both are deleted together when the owner deletes
-    the raw value; the chain stays sellable up to its head.
+    the raw value; the chain (slot ``slot`` of ``block``) stays sellable up to its head.
     """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="values")
@@ -226,6 +281,10 @@ class Value(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     raw_deleted_at = models.DateTimeField(null=True, blank=True)
     withdrawn_at = models.DateTimeField(null=True, blank=True)
+    # Gradual release: the value's chain is slot ``slot`` of ``block`` (docs/architecture.md#chains-in-blocks).
+    block = models.ForeignKey(ChainBlock, null=True, blank=True, on_delete=models.PROTECT, related_name="values",
+                              db_index=False)
+    slot = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -234,38 +293,13 @@ class Value(models.Model):
                 condition=Q(raw_sealed__isnull=True, input_sealed__isnull=True, raw_deleted_at__isnull=False)
                 | Q(raw_sealed__isnull=False, input_sealed__isnull=False, raw_deleted_at__isnull=True),
                 name="value_raw_and_input_together"),
+            models.UniqueConstraint(fields=["block", "slot"], name="value_block_slot_unique"),
+            models.CheckConstraint(condition=Q(block__isnull=True, slot__isnull=True)
+                                   | Q(block__isnull=False, slot__isnull=False), name="value_block_and_slot_together"),
         ]
 
     def __str__(self) -> str:
         return f"Value #{self.pk} (attribute #{self.attribute_id}, owner #{self.owner_id})"
-
-
-class Chain(models.Model):
-    """The stored relaxation chain of a value, compact (docs/architecture.md#apps-and-models).
-
-    ``epsilons``: little-endian int64 micro-epsilons, strictly increasing.
-    ``outputs``: little-endian int16 outputs, ``width`` per step, same order.
-    ``head`` is the last epsilon; ``head_output`` the last step's outputs.
-    """
-
-    value = models.OneToOneField(Value, on_delete=models.CASCADE, primary_key=True, related_name="chain")
-    epsilons = models.BinaryField()
-    outputs = models.BinaryField()
-    length = models.PositiveIntegerField()
-    head = models.DecimalField(**EPS)
-    head_output = models.BinaryField()
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(condition=Q(length__gte=1, head__gte=0), name="chain_nonempty"),
-            models.CheckConstraint(condition=Exact(Length("epsilons"), F("length") * 8), name="chain_epsilons_length"),
-            models.CheckConstraint(condition=Exact(Length("outputs"), F("length") * Length("head_output")),
-                                   name="chain_outputs_length"),
-        ]
-
-    def __str__(self) -> str:
-        return f"Chain of value #{self.value_id} ({self.length} steps, head ε {self.head.normalize():f})"
 
 
 class Purchase(models.Model):

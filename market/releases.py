@@ -6,7 +6,8 @@ skeleton takes the locks around it in the one global order, moves the money, sto
 the ledger entries.  Two kinds:
 
 * :class:`ChainRelease` (gradual release, rules 2, 3 and 7): each included value's output at e from its chain
-  (stored, bridged, tightened or extended: ``market.chainsets``), new points stored; ``chain_loss = max(
+  (stored, bridged, tightened or extended: ``market.chainsets``), new points stored in its block
+  (``market.chainstore``: at most one sealed row per block); ``chain_loss = max(
   chain_loss, e)``; priced with upgrade credit from the buyer's holdings, which it raises to e.
 * :class:`OneshotRelease` (one-shot mechanisms and surveys, rules 4 and 7): a fresh draw from each value's sealed
   input, by its mechanism's record (``mechanisms.registry``), charged its exact level rounded up
@@ -28,9 +29,9 @@ from accounts.models import BudgetAccount, LedgerEntry
 from ldpmarket import pgbinary, storage
 from ldpmarket.problems import PurchaseConflict, PurchaseError, TooFewRespondents
 
-from . import chainsets, domain, pgcopy, sealing
+from . import chainsets, chainstore, domain, sealing
 from .eligible import candidates, held_epsilons, pool
-from .models import Chain, Holding, Purchase, Value
+from .models import Holding, Purchase, Value
 from .oneshot_specs import draw, draw_batch, guarantee_label, run_survey, spec_of, survey_design
 from .pricing import PricePolicy
 
@@ -80,22 +81,20 @@ class ChainRelease(_Release):
         self.rng = rng
 
     def read(self) -> None:
-        """Lock the budgets, then the chains, by value id; take each eligible value's output at e."""
+        """Lock the budgets by value id, then the attribute's chains (``chainstore.lock``); take each eligible
+        value's output at e from its chain's neighbours of e (``chainstore.neighbours``)."""
         attribute, purchase, e = self.attribute, self.purchase, self.e
-        m, width = attribute.domain_size, attribute.width
+        m = attribute.domain_size
         cand = self.cand = candidates(attribute, purchase.cohort, e, lock=True)
-        last_id = int(cand.value_ids[-1]) if cand.value_ids.size else 0
-        chain_rows = list(Chain.objects.select_for_update(of=("self",))
-                          .filter(value__in=Value.objects.filter(attribute=attribute, id__lte=last_id, **(
-                              {"cohort": purchase.cohort} if purchase.cohort is not None else {})))
-                          .order_by("value_id").values_list("value_id", "epsilons", "outputs", "value__input_sealed"))
-        if [r[0] for r in chain_rows] != cand.value_ids.tolist():
+        chainstore.lock(attribute.id)
+        elig = np.flatnonzero(cand.eligible & (cand.block_ids >= 0))
+        self.blocks = chainstore.read(cand.block_ids[elig])
+        chains = chainstore.neighbours(attribute, self.blocks, cand.block_ids[elig], cand.slots[elig], e)
+        if (chains.lengths == 0).any():
             raise PurchaseConflict("A value was added while this purchase read its values; retry.")
-        elig = self.elig = np.flatnonzero(cand.eligible)
-        chains = chainsets.ChainSet.from_blobs([bytes(chain_rows[i][1]) for i in elig],
-                                               [bytes(chain_rows[i][2]) for i in elig], width)
-        inputs = _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows)
-        self.lookup, self.grown = chainsets.at(chains, e, m, inputs, self.rng, attribute.draw_divisor)
+        inputs = _inputs_for_extension(attribute, cand, elig, chains, e)
+        self.lookup, _ = chainsets.at(chains, e, m, inputs, self.rng, attribute.draw_divisor)
+        self.elig = elig
         ok = ~self.lookup.missing_input
         self.inc = elig[ok]  # indices into cand of the released values
         self.outputs = self.lookup.outputs[ok]
@@ -108,8 +107,9 @@ class ChainRelease(_Release):
     def write(self, now) -> None:
         """The new chain points, the raised chain losses and the buyer's holdings."""
         cand, e = self.cand, self.e
-        _write_chains(self.attribute, cand.value_ids[self.elig][self.lookup.inserted], self.grown,
-                      self.lookup.inserted, now)
+        new = self.elig[self.lookup.inserted]
+        chainstore.store(self.attribute, self.blocks, cand.block_ids[new], cand.slots[new], np.full(new.size, e),
+                         self.lookup.outputs[self.lookup.inserted])
         _raise_chain_loss(cand.value_ids[self.inc[cand.chain_loss[self.inc] < e]], e, now)
         _write_holdings(self.purchase.buyer_id, self.value_ids, self.held, self.holding_ids, e)
 
@@ -208,24 +208,6 @@ def release_of(purchase: Purchase, rng=None) -> ChainRelease | OneshotRelease:
 
 # ----------------------------------------------------------------------------------------------- helpers
 
-def _write_chains(attribute, value_ids, grown: chainsets.ChainSet, inserted: np.ndarray, now) -> None:
-    rows = np.flatnonzero(inserted)
-    if rows.size == 0:
-        return
-    if pgcopy.enabled():
-        pgcopy.write_chains(value_ids, grown, rows, now)
-        return
-    eps_blobs, out_blobs = grown.blobs()
-    heads, head_out = grown.head(), grown.head_output().astype("<i2")
-    lengths = grown.lengths
-    storage.update_rows(
-        Chain._meta.db_table, "value_id", ["epsilons", "outputs", "length", "head", "head_output", "updated_at"],
-        ((int(v), eps_blobs[i], out_blobs[i], int(lengths[i]), from_micro(int(heads[i])), head_out[i].tobytes(), now)
-         for v, i in zip(value_ids.tolist(), rows.tolist())),
-        types={"value_id": "bigint", "epsilons": "bytea", "outputs": "bytea", "length": "integer",
-               "head": "numeric(12,6)", "head_output": "bytea", "updated_at": "timestamptz"})
-
-
 def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
     """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
     storage.set_where_in(BudgetAccount._meta.db_table, "value_id", value_ids,
@@ -256,17 +238,21 @@ def _decimals(micros: np.ndarray) -> list:
     return [table[i] for i in inverse.reshape(-1).tolist()]
 
 
-def _inputs_for_extension(attribute, cand, elig, chains, e, chain_rows) -> np.ndarray | None:
-    """True inputs (opened in one call) for the rows whose head is below e; -1 where the raw value is gone."""
+def _inputs_for_extension(attribute, cand, elig, chains, e) -> np.ndarray | None:
+    """True inputs (opened in one call) for the rows whose head is below e; -1 where the raw value is gone.
+    Read under the budget locks (deleting a raw value locks its budget row first)."""
     need = np.flatnonzero(chains.head() < e)
     if need.size == 0:
         return None
     inputs = np.full((elig.size, attribute.width), -1, dtype=np.int64)
-    sealed = [chain_rows[elig[i]][3] for i in need]
-    have = np.array([s is not None for s in sealed], dtype=bool)
+    ids = cand.value_ids[elig[need]]
+    sealed = dict(Value.objects.filter(id__in=ids.tolist(), input_sealed__isnull=False)
+                  .values_list("id", "input_sealed"))
+    have = np.fromiter((int(v) in sealed for v in ids.tolist()), dtype=bool, count=ids.size)
     rows = need[have]
     if rows.size:
-        payload = sealing.open_inputs([bytes(s) for s in sealed if s is not None], cand.owner_ids[elig][rows],
-                                      [attribute.id] * rows.size, domain.payload_bytes(attribute))
+        payload = sealing.open_inputs([bytes(sealed[int(v)]) for v in ids[have].tolist()],
+                                      cand.owner_ids[elig][rows], [attribute.id] * rows.size,
+                                      domain.payload_bytes(attribute))
         inputs[rows] = domain.from_payload(attribute, payload)
     return inputs

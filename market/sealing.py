@@ -1,6 +1,6 @@
-"""Values at rest: a database dump alone reveals no raw value (docs/quality-targets.md#reliability).
+"""Values at rest: a database dump alone reveals no raw value and no chain output (docs/quality-targets.md#reliability).
 
-Two keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
+Three keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
 
 * the **raw value** an owner entered is a Fernet token (AES-128-CBC + HMAC),
   opened only to show or export it to its owner;
@@ -11,17 +11,23 @@ Two keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
   unique (one value per owner and attribute), so equal plaintexts never occur
   across values, and the 10 bytes of known redundancy authenticate each block:
   a modified, swapped or forged block decrypts to a random block whose header
-  matches with probability 2**-80, and opening it fails.
+  matches with probability 2**-80, and opening it fails;
+* the **chain points** (``ChainPoint``: a block's outputs at one epsilon) are sealed with AES-256-GCM, one
+  call per row, bound to the row's identity (``seal_points``).
 """
 from __future__ import annotations
 
 import base64
+import os
+import struct
 from functools import lru_cache
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
@@ -92,12 +98,12 @@ def seal_inputs(owner_ids, attribute_ids, payload: np.ndarray) -> list[bytes]:
     return [sealed[i * row:(i + 1) * row] for i in range(n)]
 
 
-def open_inputs(sealed: list[bytes], owner_ids, attribute_ids, payload_bytes: int) -> np.ndarray:
+def open_inputs(sealed: list[bytes] | np.ndarray, owner_ids, attribute_ids, payload_bytes: int) -> np.ndarray:
     """Open sealed inputs in one AES call; returns (n, payload_bytes) uint8 or raises SealBroken."""
     n, nb = len(sealed), blocks_for(payload_bytes)
     if n == 0:
         return np.zeros((0, payload_bytes), dtype=np.uint8)
-    joined = b"".join(sealed)
+    joined = sealed.tobytes() if isinstance(sealed, np.ndarray) else b"".join(sealed)
     if len(joined) != n * nb * 16:
         raise SealBroken("a sealed input has the wrong length")
     blocks = np.frombuffer(_aes().decryptor().update(joined), dtype=HEADER).reshape(n, nb)
@@ -107,3 +113,43 @@ def open_inputs(sealed: list[bytes], owner_ids, attribute_ids, payload_bytes: in
     if not ok.all():
         raise SealBroken(f"{int((~ok).sum())} sealed input(s) do not open (first at position {int(np.argmin(ok))})")
     return blocks["payload"].reshape(n, nb * PAYLOAD)[:, :payload_bytes].copy()
+
+
+# ----------------------------------------------------------------------------------------------- chain points
+
+POINT_NONCE = 12
+_POINT_CONTEXT = b"ldpmarket-chain-point-v1"
+
+
+@lru_cache(maxsize=4)
+def _point_key(secret: str) -> AESGCM:
+    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=b"ldpmarket-chains", info=b"v1").derive(
+        secret.encode()))
+
+
+def _point_binding(attribute_id: int, block_id: int, epsilon: int, present: bytes) -> bytes:
+    return _POINT_CONTEXT + struct.pack("<QQQ", int(attribute_id), int(block_id), int(epsilon)) + bytes(present)
+
+
+def seal_points(outputs: np.ndarray, *, attribute_id: int, block_id: int, epsilon: int, present: bytes) -> bytes:
+    """One chain point row's outputs, ``(capacity, width)`` int16, sealed with AES-256-GCM (a random 96-bit nonce,
+    then the ciphertext and tag), bound to the row: its attribute, block, micro-epsilon and ``present`` bitmap
+    are the associated data, so a row copied to another block or epsilon, or with its bitmap changed, does not
+    open (docs/architecture.md#chains-in-blocks)."""
+    nonce = os.urandom(POINT_NONCE)
+    data = np.ascontiguousarray(outputs, dtype="<i2").tobytes()
+    return nonce + _point_key(settings.LDP_VALUE_KEY).encrypt(
+        nonce, data, _point_binding(attribute_id, block_id, epsilon, present))
+
+
+def open_points(sealed: bytes, *, attribute_id: int, block_id: int, epsilon: int, present: bytes,
+                width: int) -> np.ndarray:
+    """Open a row sealed by ``seal_points``: ``(capacity, width)`` int16, or raise ``SealBroken``."""
+    sealed = bytes(sealed)
+    try:
+        data = _point_key(settings.LDP_VALUE_KEY).decrypt(
+            sealed[:POINT_NONCE], sealed[POINT_NONCE:], _point_binding(attribute_id, block_id, epsilon, present))
+    except InvalidTag:
+        raise SealBroken(f"the chain point at micro-epsilon {epsilon} of block #{block_id} does not open "
+                         f"(tampered with, moved, or sealed with another key)") from None
+    return np.frombuffer(data, dtype="<i2").reshape(-1, width)

@@ -24,7 +24,7 @@ import numpy as np
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import BigIntegerField, Case, Count, ExpressionWrapper, F, Q, Value, When
-from django.db.models.functions import Greatest, Least
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.epsilon import from_micro, to_micro
@@ -32,10 +32,10 @@ from accounts.models import BudgetAccount
 from ldpmarket import problems
 from mechanisms import estimators
 
-from . import domain, eligible, oneshot_specs, oneshot_stats
+from . import chainstore, domain, eligible, oneshot_specs, oneshot_stats
 from .domain import PredictedError
 from .eligible import candidates, held_epsilons, micro
-from .models import Attribute, Chain, Purchase, PurchaseChunk
+from .models import Attribute, Purchase, PurchaseChunk
 from .pricing import PricePolicy, units_to_decimal
 
 logger = logging.getLogger(__name__)
@@ -73,18 +73,25 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
     headroom = ExpressionWrapper(micro("ceiling") - micro("oneshot_loss"), output_field=big)
     oneshot = ~Q(value__attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
     deleted = Q(value__raw_deleted_at__isnull=False)
-    # One-shot attributes: e + chain_loss + oneshot_loss <= ceiling, and never without the raw value.
+    # One-shot attributes: e + chain_loss + oneshot_loss <= ceiling, and never without the raw value.  Chain
+    # values without their raw value: also e <= head (their heads are in their blocks: read below, few).
     limit = Case(When(oneshot & deleted, then=Value(-1, output_field=big)),
                  When(oneshot, then=ExpressionWrapper(headroom - micro("chain_loss"), output_field=big)),
-                 When(deleted, then=Least(headroom, micro("value__chain__head"), output_field=big)),
                  default=headroom, output_field=big)
-    rows = (BudgetAccount.objects
-            .filter(value__attribute__in=[a.id for a in attributes], paused=False, value__withdrawn_at__isnull=True)
-            .annotate(limit=limit).values("value__attribute_id", "limit").annotate(n=Count("value_id"))
-            .order_by())
+    active = (BudgetAccount.objects
+              .filter(value__attribute__in=[a.id for a in attributes], paused=False, value__withdrawn_at__isnull=True))
+    rows = (active.exclude(~oneshot & deleted).annotate(limit=limit).values("value__attribute_id", "limit")
+            .annotate(n=Count("value_id")).order_by())
     by_attribute: dict[int, list[tuple[int, int]]] = {}
     for row in rows:
         by_attribute.setdefault(row["value__attribute_id"], []).append((int(row["limit"]), int(row["n"])))
+    frozen = list(active.filter(~oneshot & deleted).annotate(limit=headroom)
+                  .values_list("value__attribute_id", "limit", "value__block_id", "value__slot"))
+    if frozen:
+        a, lim, b, k = (np.array(c, dtype=np.int64) for c in zip(*frozen))
+        lim = np.minimum(lim, chainstore.heads_of(chainstore.read(b), b, k))
+        for attribute_id, value_limit in zip(a.tolist(), lim.tolist()):
+            by_attribute.setdefault(attribute_id, []).append((value_limit, 1))
     out = {}
     for attribute in attributes:
         points = grid_points(attribute)
@@ -189,13 +196,15 @@ class Quote:
         return self.list_price - self.price
 
 
-def _no_raw(attribute: Attribute, cohort: int | None, e_micro: int) -> np.ndarray:
-    """Sorted ids of values whose raw datum is gone and whose chain stops below e (they cannot be extended)."""
-    qs = Chain.objects.filter(value__attribute=attribute, value__raw_deleted_at__isnull=False,
-                              head__lt=from_micro(e_micro))
-    if cohort is not None:
-        qs = qs.filter(value__cohort=cohort)
-    return np.sort(np.fromiter(qs.values_list("value_id", flat=True), dtype=np.int64))
+def _no_raw(cand, e_micro: int) -> np.ndarray:
+    """Which candidates' raw datum is gone and whose chain stops below e (they cannot be extended); their heads
+    are read from their blocks (``market.chainstore``)."""
+    out = np.zeros(cand.value_ids.size, dtype=bool)
+    sel = np.flatnonzero(~cand.has_raw & (cand.block_ids >= 0))
+    if sel.size:
+        b, k = cand.block_ids[sel], cand.slots[sel]
+        out[sel] = chainstore.heads_of(chainstore.read(b), b, k) < e_micro
+    return out
 
 
 def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int | None,
@@ -205,7 +214,7 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     e = to_micro(epsilon)
     cand = candidates(attribute, cohort, e, lock=False)
     eligible = cand.eligible
-    no_raw = eligible & np.isin(cand.value_ids, _no_raw(attribute, cohort, e), assume_unique=True)
+    no_raw = eligible & _no_raw(cand, e)
     included_ids = cand.value_ids[eligible & ~no_raw]
     n = int(included_ids.size)
     charge = policy.charge_units(e, held_epsilons(buyer_id, attribute, included_ids)[0])

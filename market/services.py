@@ -10,18 +10,17 @@ from datetime import datetime
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import transaction
 from django.utils import timezone
 
 from accounts import ledger, roles
-from accounts.epsilon import from_micro, parse, to_micro
+from accounts.epsilon import parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.services import BudgetError, Schedule, event_rows
 from ldpmarket import storage
 
-from . import chains, domain, pgcopy, sealing
-from .models import Attribute, Chain, Value
+from . import chainstore, chains, domain, pgcopy, sealing
+from .models import Attribute, Value
 
 
 def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, ceiling=None,
@@ -30,7 +29,9 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
 
     Each value gets its sealed raw value and mechanism input, a budget account,
     a chain from the grid start up to its ceiling (the first grid point at
-    least: pre-generation costs no privacy), and a ledger entry for its policy.
+    least: pre-generation costs no privacy) in the next free slots of the
+    attribute's chain blocks (``market.chainstore``, under its chain lock),
+    and a ledger entry for its policy.
     Values of one-shot attributes (``Attribute.is_oneshot``) get no chain: each
     release draws afresh from the sealed input (``market.oneshot``).
     """
@@ -57,19 +58,22 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
         outputs = chains.generate(inputs, points, attribute.domain_size, rng, attribute.draw_divisor)
     policy = schedule.fields() if schedule else {}
     with transaction.atomic():
+        block_ids = slots = [None] * len(owners)
+        if not attribute.is_oneshot:
+            chainstore.lock(attribute.id)
+            block_ids, slots = chainstore.place(attribute, len(owners))
         values = Value.objects.bulk_create(
             [Value(owner=o, attribute=attribute, input_sealed=s, cohort=int(c),
                    raw_sealed=sealing.seal_raw(domain.raw_text(attribute, r), owner_id=o.id,
-                                               attribute_id=attribute.id))
-             for o, r, s, c in zip(owners, raws, sealed_inputs, cohorts)], batch_size=2000)
+                                               attribute_id=attribute.id),
+                   block_id=None if b is None else int(b), slot=None if k is None else int(k))
+             for o, r, s, c, b, k in zip(owners, raws, sealed_inputs, cohorts, block_ids, slots)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
             [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
         if not attribute.is_oneshot:
-            Chain.objects.bulk_create(
-                [Chain(value=v, **dict(zip(("epsilons", "outputs", "head_output"),
-                                           chains.encode(points, outputs[i]))),
-                       length=points.size, head=from_micro(int(points[-1])))
-                 for i, v in enumerate(values)], batch_size=2000)
+            n, steps = len(values), points.size
+            chainstore.store(attribute, chainstore.read(block_ids), np.repeat(block_ids, steps),
+                             np.repeat(slots, steps), np.tile(points, n), outputs.reshape(n * steps, -1))
         ledger.append(event_rows(budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING),
                       shard=attribute.id)
     return values
@@ -135,29 +139,18 @@ def value_set_pum_tag(*, value_id: int, tag: str | None, owner: User | None = No
     return value
 
 
-def _extendable(attribute: Attribute, value_ids=None):
-    qs = Chain.objects.filter(value__attribute=attribute, value__input_sealed__isnull=False,
-                              value__budget__ceiling__gt=F("head"), head__lt=attribute.grid_stop)
-    if value_ids is not None:
-        qs = qs.filter(value_id__in=list(value_ids))
-    return qs
-
-
 def chains_extend(*, attribute_id: int, value_ids=None, batch_size: int | None = None, rng=None) -> int:
     """Grow every chain of the attribute whose ceiling passed its next grid point; returns values extended.
 
-    Batches of ``batch_size`` values, each its own transaction, taken in
-    value-id order (memory stays flat in the number of values: on PostgreSQL
-    the ids stream from one server-side cursor, elsewhere by keyset): the
-    rows are locked (``FOR UPDATE``, blocking, in value-id order as purchases
-    lock them; PostgreSQL re-checks the filter after a wait, so a chain another
-    worker just extended is not extended again), re-read, advanced by
-    ``chains.grow`` (one ``relax`` call per grid step) and written back
-    set-based.  Idempotent: a second run finds nothing to do.  A worker killed
-    mid-batch leaves that batch untouched (rolled back), and the batches before it
-    committed: the sweeper (``market.sweeper``) sends the extension again and it grows
-    what is left.  While it runs it holds the attribute's extension lock
-    (``_extension_running``), which tells the sweeper it is not stranded.
+    Batches of about ``batch_size`` values (whole blocks, in block order), each its own transaction under the
+    attribute's chain lock (``chainstore.lock``, docs/architecture.md#chains-in-blocks): the values that hold
+    their input are read with their ceilings, each slot's head point is opened, ``chains.grow`` advances them
+    (one ``relax`` call per grid step) and ``chainstore.store`` writes one sealed row per block and grid step.
+    Memory stays flat in the number of values.  Idempotent: a second run finds nothing to do.  A worker killed
+    mid-batch leaves that batch untouched (rolled back), and the batches before it committed: the sweeper
+    (``market.sweeper``) sends the extension again and it grows what is left.  While it runs it holds the
+    attribute's extension lock (``_extension_running``), which tells the sweeper it is not stranded.
+    ``value_ids`` limits it to those values (an owner who raised a ceiling).
     """
     attribute = Attribute.objects.get(id=attribute_id)
     with _extension_running(attribute.id):
@@ -182,63 +175,61 @@ def _extension_running(attribute_id: int):
 
 
 def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int:
+    if attribute.is_oneshot:
+        return 0
     batch_size = batch_size or settings.LDP_EXTENSION_BATCH
     grid = chains.Grid.of(attribute)
-    pending = _extendable(attribute, value_ids).order_by("value_id").values_list("value_id", flat=True)
+    values = Value.objects.filter(attribute=attribute, block__isnull=False)
+    if value_ids is not None:
+        values = values.filter(id__in=list(value_ids))
+    blocks = sorted(set(values.values_list("block_id", flat=True).distinct()))
+    per_batch = max(1, batch_size // max(1, int(settings.LDP_CHAIN_BLOCK)))
     extended = 0
-    # One query, streamed on PostgreSQL (a server-side cursor outliving each batch's commit; keyset batches
-    # elsewhere: storage.id_batches).  A listed id that no longer needs growth is skipped under its lock.
-    for ids in storage.id_batches(pending, "value_id", batch_size):
+    for k in range(0, len(blocks), per_batch):
         with transaction.atomic():
-            extended += _extend_batch(attribute, grid, ids, rng)
+            extended += _extend_batch(attribute, grid, blocks[k:k + per_batch], rng, value_ids)
     return extended
 
 
-def _extend_batch(attribute: Attribute, grid: chains.Grid, ids: list[int], rng) -> int:
-    """Lock, re-read, grow and write back one batch (the caller's transaction).
-
-    On PostgreSQL: ``market.pgcopy`` (binary COPY out of the fixed-width fields,
-    binary COPY in of the appended steps, one ``UPDATE ... FROM``).  Elsewhere
-    (SQLite): the generic path below, through the ORM, rewriting whole blobs.
-    Both take the same rows in the same order and call ``chains.grow`` alike.
-    """
-    if pgcopy.enabled():
-        return pgcopy.extend_batch(attribute, grid, ids, rng)
-    # Blocking locks in value-id order (as purchases take them): a chain held by a purchase is waited for,
-    # not skipped, and PostgreSQL re-checks the filter after the wait, so nothing is extended twice.
-    locked = _extendable(attribute, ids).select_for_update(of=("self",)).order_by("value_id")
-    rows = list(locked.values_list("value_id", "value__owner_id", "value__input_sealed", "head", "head_output",
-                                   "value__budget__ceiling", "epsilons", "outputs", "length"))
-    if not rows:
+def _extend_batch(attribute: Attribute, grid: chains.Grid, block_ids: list[int], rng, value_ids=None) -> int:
+    """Lock the attribute's chains, read, grow and store one batch of blocks (the caller's transaction)."""
+    chainstore.lock(attribute.id)
+    rows = extension_rows(attribute, block_ids, value_ids)
+    if rows["value_id"].size == 0:
         return 0
-    value_ids, owner_ids, sealed, head, head_output, ceiling, eps_blobs, out_blobs, lengths = zip(*rows)
-    head = np.array([to_micro(h) for h in head], dtype=np.int64)
-    target = grid.last_point_upto(np.array([to_micro(c) for c in ceiling], dtype=np.int64))
-    payload = sealing.open_inputs([bytes(s) for s in sealed], owner_ids, [attribute.id] * len(rows),
+    blocks = chainstore.read(block_ids)
+    block_of, slot = rows["block_id"], rows["slot"]
+    head = chainstore.heads_of(blocks, block_of, slot)
+    target = grid.last_point_upto(rows["ceiling"])
+    grow = np.flatnonzero((head > 0) & (head < target))
+    if grow.size == 0:
+        return 0
+    block_of, slot, head, target = block_of[grow], slot[grow], head[grow], target[grow]
+    payload = sealing.open_inputs(rows["sealed"][grow], rows["owner_id"][grow], np.full(grow.size, attribute.id),
                                   domain.payload_bytes(attribute))
     inputs = domain.from_payload(attribute, payload)
-    width = attribute.width
-    last = np.frombuffer(b"".join(bytes(h) for h in head_output), dtype=chains.OUT).reshape(len(rows), width)
+    last = chainstore.points_at(attribute, blocks, block_of, slot, head)
     growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng, attribute.draw_divisor)
-    grown = np.flatnonzero(growth.count > 0)
-    if grown.size == 0:
-        return 0
-    _write_growth(attribute, [value_ids[i] for i in grown], [bytes(eps_blobs[i]) for i in grown],
-                  [bytes(out_blobs[i]) for i in grown], np.array(lengths)[grown], growth, grown)
-    return int(grown.size)
+    new = np.arange(growth.eps.shape[1])[None, :] < growth.count[:, None]
+    item = np.nonzero(new)[0]
+    chainstore.store(attribute, blocks, block_of[item], slot[item], growth.eps[new], growth.out[new])
+    return int((growth.count > 0).sum())
 
 
-def _write_growth(attribute, value_ids, eps_blobs, out_blobs, lengths, growth: chains.Growth, rows) -> None:
-    """Append each row's new steps to its chain (one executemany of full rows; the generic path)."""
-    params = []
-    for j, i in enumerate(rows):
-        k = int(growth.count[i])
-        new_eps = growth.eps[i, :k].astype(chains.EPS)
-        new_out = growth.out[i, :k].astype(chains.OUT)
-        params.append((eps_blobs[j] + new_eps.tobytes(), out_blobs[j] + new_out.tobytes(), int(lengths[j]) + k,
-                       from_micro(int(new_eps[-1])), new_out[-1].tobytes(), timezone.now(), value_ids[j]))
-    table = Chain._meta.db_table
-    with connection.cursor() as cur:
-        cur.executemany(
-            f"UPDATE {table} SET epsilons = %s, outputs = %s, length = %s, head = %s, head_output = %s, "
-            f"updated_at = %s WHERE value_id = %s", params)
+def extension_rows(attribute: Attribute, block_ids: list[int], value_ids=None) -> dict[str, np.ndarray]:
+    """The values of ``block_ids`` that hold their input, in (block, slot) order: value id, owner id, block,
+    slot, ceiling (micro-epsilons) and sealed input, as numpy columns (``pgcopy.extension_rows`` on
+    PostgreSQL: one binary COPY)."""
+    if pgcopy.enabled():
+        return pgcopy.extension_rows(attribute, block_ids, value_ids)
+    qs = Value.objects.filter(attribute=attribute, block_id__in=block_ids, input_sealed__isnull=False)
+    if value_ids is not None:
+        qs = qs.filter(id__in=list(value_ids))
+    got = list(qs.order_by("block_id", "slot").values_list("id", "owner_id", "block_id", "slot", "budget__ceiling",
+                                                            "input_sealed"))
+    n = len(got)
+    col = lambda k: np.fromiter((r[k] for r in got), dtype=np.int64, count=n)  # noqa: E731
+    return {"value_id": col(0), "owner_id": col(1), "block_id": col(2), "slot": col(3),
+            "ceiling": np.fromiter((to_micro(r[4]) for r in got), dtype=np.int64, count=n),
+            "sealed": np.frombuffer(b"".join(bytes(r[5]) for r in got), dtype=np.uint8).reshape(
+                n, sealing.blocks_for(domain.payload_bytes(attribute)) * 16)}

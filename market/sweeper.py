@@ -26,17 +26,18 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import numpy as np
+
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
-from django.db.models.functions import Least
 from django.utils import timezone
 
 from ldpmarket import jobs, storage
 
+from . import chains, chainstore
 from .eligible import micro
-from .models import Attribute, Chain, Purchase
+from .models import Attribute, Purchase, Value
 from .services import EXTENSION_LOCK, extension_lock_key
 
 logger = logging.getLogger(__name__)
@@ -88,18 +89,22 @@ def sweep_purchases(*, cutoff: datetime, now: datetime) -> tuple[list[int], list
 
 
 def stranded_extensions(*, cutoff: datetime) -> list[int]:
-    """Attributes with a chain that could grow since before ``cutoff`` and no extension running."""
-    big = BigIntegerField()
-    start, step = micro("value__attribute__grid_start"), micro("value__attribute__grid_step")
-    # the grid point after the head (heads are at or above the grid's start; integer division in SQL)
-    following = ExpressionWrapper(start + ((micro("head") - start) / step + Value(1, output_field=big)) * step,
-                                  output_field=big)
-    limit = ExpressionWrapper(Least(micro("value__budget__ceiling"), micro("value__attribute__grid_stop")),
-                              output_field=big)
-    growable = (Chain.objects.filter(value__input_sealed__isnull=False, value__budget__updated_at__lt=cutoff,
-                                     value__attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
-                .annotate(following=following, limit=limit).filter(following__lte=F("limit")))
-    attributes = sorted(set(growable.values_list("value__attribute_id", flat=True).distinct()))
+    """Attributes with a chain that could grow since before ``cutoff`` (its next grid point is within its
+    ceiling and the grid, its budget unchanged since) and no extension running.  The heads are in the chain
+    blocks (``market.chainstore``): compared in numpy, one read per attribute."""
+    rows = list(Value.objects.filter(input_sealed__isnull=False, block__isnull=False, budget__updated_at__lt=cutoff,
+                                     attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
+                .values_list("attribute_id", "block_id", "slot", micro("budget__ceiling")))
+    attributes = []
+    for attribute_id in sorted({r[0] for r in rows}):
+        attribute = Attribute.objects.get(id=attribute_id)
+        mine = np.array([r[1:] for r in rows if r[0] == attribute_id], dtype=np.int64)
+        blocks, slots, ceiling = mine[:, 0], mine[:, 1], mine[:, 2]
+        grid = chains.Grid.of(attribute)
+        head = chainstore.heads_of(chainstore.read(blocks), blocks, slots)
+        following = grid.next_point_after(head)
+        if ((head > 0) & (following <= np.minimum(ceiling, grid.stop))).any():
+            attributes.append(attribute_id)
     running = extensions_running()
     return [a for a in attributes if extension_lock_key(a)[1] not in running]
 

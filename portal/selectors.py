@@ -18,7 +18,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
-from market import domain, sealing
+from accounts.epsilon import from_micro
+from market import chainstore, domain, sealing
 from market.domain import labels_of
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from market.oneshot_specs import guarantee_label
@@ -238,16 +239,18 @@ class ValueRow:
 
 
 def _values(owner: User):
-    return (Value.objects.filter(owner=owner)
-            .select_related("attribute__dataset", "budget", "chain")
-            .defer("input_sealed", "chain__epsilons", "chain__outputs", "chain__head_output"))
+    return Value.objects.filter(owner=owner).select_related("attribute__dataset", "budget").defer("input_sealed")
 
 
-def _row(value: Value) -> ValueRow:
-    """A dashboard row; values of one-shot attributes have no chain (head 0, no steps)."""
-    chain = getattr(value, "chain", None) if not value.attribute.is_oneshot else None
-    return ValueRow(value=value, budget=value.budget, raw=open_raw(value),
-                    head=chain.head if chain is not None else Decimal(0), length=chain.length if chain else 0)
+def _rows(values: list[Value]) -> list[ValueRow]:
+    """Dashboard rows, with each chain's head and number of points read from its block
+    (``market.chainstore``); values of one-shot attributes have no chain (head 0, no steps)."""
+    chains = chainstore.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
+    rows = []
+    for v in values:
+        length, head = chains.get((v.block_id, v.slot), (0, 0))
+        rows.append(ValueRow(value=v, budget=v.budget, raw=open_raw(v), head=from_micro(head), length=length))
+    return rows
 
 
 def _events(value_ids) -> dict[int, list[Event]]:
@@ -280,7 +283,7 @@ def _earned_by_attribute(owner: User) -> dict[int, Decimal]:
 def owner_values(owner: User, *, with_events: bool = True) -> list[ValueRow]:
     """Every value of ``owner``, newest first, with budget, chain head, release count, earnings and history."""
     values = list(_values(owner).order_by("-created_at", "-id"))
-    rows = [_row(v) for v in values]
+    rows = _rows(values)
     ids = [v.id for v in values]
     counts = dict(LedgerEntry.objects.filter(value_id__in=ids, kind__in=RELEASE_KINDS)
                   .values("value_id").annotate(n=Count("id")).order_by().values_list("value_id", "n"))
@@ -305,7 +308,7 @@ def owner_value_for_sale(owner: User, value_id: int) -> bool:
 
 
 def owner_value(owner: User, value_id: int) -> Value:
-    """The owner's value ``value_id`` (with attribute, dataset, budget and chain), or ``Http404``."""
+    """The owner's value ``value_id`` (with attribute, dataset and budget), or ``Http404``."""
     value = _values(owner).filter(id=value_id).first()
     if value is None:
         raise Http404("No such value.")
@@ -315,7 +318,7 @@ def owner_value(owner: User, value_id: int) -> Value:
 def owner_value_row(owner: User, value_id: int, *, with_tag: bool = False) -> ValueRow:
     """The owner's value ``value_id`` with its history; ``with_tag`` also opens its PUM tag (uRR/uRAP)."""
     value = owner_value(owner, value_id)
-    row = _row(value)
+    row = _rows([value])[0]
     if with_tag and row.takes_pum_tag:
         row.pum_tag = pum_tag(owner, value.id)
     row.events = _events([value.id]).get(value.id, [])

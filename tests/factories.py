@@ -153,24 +153,81 @@ def contribute(attribute: Attribute, raws: list, *, prefix: str | None = None, *
 
 
 def stored_chains(attribute: Attribute, value_ids=None) -> dict:
-    """``{value_id: (micro-epsilons, outputs (L, width))}`` decoded from the rows as stored."""
-    from market import chains
-    from market.models import Chain
+    """``{value_id: (micro-epsilons, outputs (L, width))}``: each value's slot across its block's stored rows,
+    opened (``market.chainstore``)."""
+    import numpy as np
 
-    qs = Chain.objects.filter(value__attribute=attribute)
+    from market import chainstore
+    from market.models import Value
+
+    qs = Value.objects.filter(attribute=attribute, block__isnull=False)
     if value_ids is not None:
-        qs = qs.filter(value_id__in=list(value_ids))
-    return {vid: chains.decode(e, o, attribute.width)
-            for vid, e, o in qs.values_list("value_id", "epsilons", "outputs").iterator()}
+        qs = qs.filter(id__in=list(value_ids))
+    rows = list(qs.order_by("id").values_list("id", "block_id", "slot"))
+    if not rows:
+        return {}
+    ids, blocks, slots = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    state = chainstore.read(blocks)
+    eps = chainstore.epsilons_of(state, blocks, slots)
+    every = np.unique(np.concatenate(eps))
+    present, outputs = chainstore.grid_of_points(attribute, state, blocks, slots, every)
+    return {int(v): (every[present[i]], outputs[i][present[i]]) for i, v in enumerate(ids.tolist())}
 
 
 def chain_rows(attribute: Attribute) -> dict:
-    """Every stored column of every chain of the attribute (bytes, Decimal, datetime), for byte-identity checks."""
-    from market.models import Chain
+    """Every chain of the attribute as stored, opened: ``{value_id: (epsilons bytes, outputs bytes, length,
+    head)}``, for identity checks (the sealed bytes themselves differ with every seal: a fresh nonce)."""
+    return {v: (e.astype("<i8").tobytes(), o.astype("<i2").tobytes(), int(e.size), int(e[-1]) if e.size else 0)
+            for v, (e, o) in stored_chains(attribute).items()}
 
-    return {r[0]: tuple(bytes(x) if isinstance(x, memoryview) else x for x in r[1:])
-            for r in Chain.objects.filter(value__attribute=attribute).values_list(
-                "value_id", "epsilons", "outputs", "length", "head", "head_output", "updated_at").iterator()}
+
+def chain_heads(values) -> dict:
+    """``{value_id: (head, points)}``: each value's chain head (a Decimal epsilon) and number of stored points."""
+    from accounts.epsilon import from_micro
+    from market import chainstore
+
+    values = list(values)
+    got = chainstore.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
+    return {v.id: (from_micro(got[(v.block_id, v.slot)][1]), got[(v.block_id, v.slot)][0])
+            for v in values if v.block_id is not None}
+
+
+def chain_head(value) -> tuple:
+    """``(head, points)`` of one value's chain (re-read: its block and slot are fixed)."""
+    from market.models import Value
+
+    value = Value.objects.get(id=value.id)
+    return chain_heads([value])[value.id]
+
+
+def replace_chain(value, eps_micro, outputs) -> None:
+    """Test set-up: make ``value``'s chain exactly ``(eps_micro, outputs (L, width))``, as if it had been stored
+    so: its slot is cleared from every row of its block, then the points are stored (``market.chainstore``)."""
+    import numpy as np
+
+    from market import chainstore, sealing
+    from market.models import ChainBlock, ChainPoint, Value
+
+    value = Value.objects.select_related("attribute").get(id=value.id)
+    attribute, slot = value.attribute, value.slot
+    blocks = chainstore.read([value.block_id])
+    block = blocks[value.block_id]
+    opened = chainstore.open_rows(attribute, block, range(block.eps.size))
+    for r, out in opened.items():
+        present = block.present[r].copy()
+        present[slot] = False
+        out[slot] = -1
+        bits = chainstore.bitmap(present)
+        ChainPoint.objects.filter(id=int(block.point_ids[r])).update(
+            present=bits, sealed=sealing.seal_points(out, attribute_id=attribute.id, block_id=block.id,
+                                                     epsilon=int(block.eps[r]), present=bits))
+    heads = block.heads.copy()
+    heads[slot] = 0
+    ChainBlock.objects.filter(id=block.id).update(heads=heads.astype("<i8").tobytes())
+    eps_micro = np.asarray(eps_micro, dtype=np.int64)
+    blocks = chainstore.read([value.block_id])
+    chainstore.store(attribute, blocks, np.full(eps_micro.size, value.block_id), np.full(eps_micro.size, slot),
+                     eps_micro, np.asarray(outputs).reshape(eps_micro.size, -1))
 
 
 def fund(user, amount) -> MoneyAccount:

@@ -20,7 +20,8 @@ from accounts.schedule import ceiling_micro
 from audit import budget_audit, replay, tables
 from audit.budget_audit import audit_budgets
 from audit.report import SECTIONS
-from market.models import Purchase
+from market import sealing
+from market.models import ChainBlock, ChainPoint, Purchase, Value
 from tests.audit.conftest import tampering
 
 
@@ -145,6 +146,43 @@ def insert_forged_entry(m):
                                oneshot_loss_after=0, ceiling=D("1"))
 
 
+def _point(m, epsilon="1.0"):
+    """The chain point row at ``epsilon`` of the block of the market's value fixed[5]."""
+    v = Value.objects.get(id=m.fixed[5].id)
+    return ChainPoint.objects.get(block_id=v.block_id, epsilon=int(D(epsilon) * 10**6)), v
+
+
+def flip_a_sealed_chain_byte(m):
+    p, _ = _point(m)
+    sealed = bytearray(bytes(p.sealed))
+    sealed[-1] ^= 1
+    ChainPoint.objects.filter(id=p.id).update(sealed=bytes(sealed))
+
+
+def move_a_chain_point_to_another_epsilon(m):
+    p, _ = _point(m)
+    ChainPoint.objects.filter(id=p.id).update(epsilon=p.epsilon + 1)
+
+
+def rewrite_a_sold_chain_point_with_the_key(m):
+    """An operator holding the key re-seals a point that was sold with another output: it opens, but no longer
+    equals what the buyer received."""
+    p, v = _point(m)
+    out = sealing.open_points(p.sealed, attribute_id=p.attribute_id, block_id=p.block_id, epsilon=p.epsilon,
+                              present=bytes(p.present), width=1).copy()
+    out[v.slot] = (out[v.slot] + 1) % 3
+    ChainPoint.objects.filter(id=p.id).update(sealed=sealing.seal_points(
+        out, attribute_id=p.attribute_id, block_id=p.block_id, epsilon=p.epsilon, present=bytes(p.present)))
+
+
+def lower_a_chain_head_below_its_loss(m):
+    v = Value.objects.get(id=m.fixed[5].id)
+    block = ChainBlock.objects.get(id=v.block_id)
+    heads = np.frombuffer(bytes(block.heads), dtype="<i8").copy()
+    heads[v.slot] = 500_000
+    ChainBlock.objects.filter(id=block.id).update(heads=heads.tobytes())
+
+
 def swap_values_of_two_entries(m):
     """Reorder: two releases of one block trade values; their losses are equal, so only the hash notices."""
     a, b = list(releases(m, 1)[3:5])
@@ -229,6 +267,12 @@ CASES = {
     "money balance edited": (edit_account_balance, ["balance equals the sum of its entries",
                                                     "balance equals its last balance_after"]),
     "purchase count edited": (edit_purchase_included, ["exactly `included` ledger entries"]),
+    "sealed chain point altered": (flip_a_sealed_chain_byte, ["every chain point opens"]),
+    "chain point moved to another epsilon": (move_a_chain_point_to_another_epsilon, ["every chain point opens"]),
+    "sold chain point rewritten with the key": (rewrite_a_sold_chain_point_with_the_key,
+                                                ["released outputs are its values' stored points"]),
+    "chain head lowered below the loss": (lower_a_chain_head_below_its_loss,
+                                          ["head is its highest stored point", "head >= chain loss"]),
     "purchase price edited": (edit_purchase_price, ["buyer debit = price"]),
 }
 

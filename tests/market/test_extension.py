@@ -12,12 +12,13 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from accounts.models import BudgetAccount
-from market import chains
-from market.models import Chain, Value
+from market import chains, chainstore
+from market.models import Value
 from market.sealing import SealBroken
 from market.services import chains_extend, value_delete_raw
 from market.tasks import extend_chains
-from tests.factories import CategoricalAttributeFactory, chain_rows, contribute, stored_chains
+from tests.factories import (CategoricalAttributeFactory, chain_head, chain_heads, chain_rows, contribute, replace_chain,
+                             stored_chains)
 
 D = Decimal
 
@@ -40,7 +41,7 @@ def test_extension_grows_to_the_last_grid_point_and_a_rerun_changes_nothing(valu
     assert chains_extend(attribute_id=categorical.id) == 30
     stored = stored_chains(categorical)
     assert all(stored[v.id][0].tolist() == grid("0.1", "0.7") for v in values)
-    assert set(Chain.objects.filter(value__in=values).values_list("head", "length")) == {(D("0.7"), 7)}
+    assert set(chain_heads(Value.objects.filter(id__in=[v.id for v in values])).values()) == {(D("0.7"), 7)}
     before = chain_rows(categorical)
     assert chains_extend(attribute_id=categorical.id) == 0
     assert extend_chains.delay(categorical.id).get() == 0
@@ -71,8 +72,7 @@ def test_extension_stops_at_the_grid_stop(db):
 def test_a_ceiling_below_the_grid_start_still_gets_the_first_point(db):
     attribute = CategoricalAttributeFactory(grid_start=D("0.5"), grid_step=D("0.5"))
     [v] = contribute(attribute, ["green"], ceiling="0.2")
-    chain = Chain.objects.get(value=v)
-    assert chain.head == D("0.5") and chain.length == 1  # pre-generation costs nothing
+    assert chain_head(v) == (D("0.5"), 1)  # pre-generation costs nothing
     assert chains_extend(attribute_id=attribute.id) == 0
 
 
@@ -97,13 +97,15 @@ def test_extension_makes_one_relax_call_per_grid_step_and_head_group(values, cat
     assert all(e.tolist() == grid("0.1", "1.0") for e, _ in stored_chains(categorical).values())
 
 
-def test_batches_give_the_same_chains_shape(values, categorical, monkeypatch):
+def test_batches_of_whole_blocks_give_the_same_chains_shape(categorical, monkeypatch, settings):
+    settings.LDP_CHAIN_BLOCK = 4
+    values = contribute(categorical, ["red", "green", "blue"] * 10, ceiling="0.3")  # 8 blocks: 7 of 4, then 2
     set_ceilings(values, "0.5")
     calls = []
     real = chains.grow
     monkeypatch.setattr(chains, "grow", lambda inputs, *a, **k: calls.append(len(inputs)) or real(inputs, *a, **k))
-    assert chains_extend(attribute_id=categorical.id, batch_size=7) == 30
-    assert calls == [7, 7, 7, 7, 2]
+    assert chains_extend(attribute_id=categorical.id, batch_size=8) == 30  # two blocks per batch
+    assert calls == [8, 8, 8, 6]
     assert all(e.tolist() == grid("0.1", "0.5") for e, _ in stored_chains(categorical).values())
     assert chains_extend(attribute_id=categorical.id, batch_size=7) == 0
 
@@ -113,7 +115,7 @@ def test_only_the_named_values_and_attribute_are_extended(values, categorical):
     others = contribute(other, ["red"] * 3, ceiling="0.3")
     set_ceilings(values + others, "0.9")
     assert extend_chains.delay(categorical.id, [values[0].id, values[5].id]).get() == 2
-    heads = dict(Chain.objects.values_list("value_id", "head"))
+    heads = {v: h for v, (h, _) in chain_heads(Value.objects.all()).items()}
     assert heads[values[0].id] == heads[values[5].id] == D("0.9")
     assert {heads[v.id] for v in values[1:5] + values[6:] + others} == {D("0.3")}
 
@@ -132,8 +134,8 @@ def test_extension_continues_from_a_head_off_the_grid(values, categorical):
     eps, out = stored_chains(categorical)[v.id]
     new_eps = np.append(eps, 550_000)
     new_out = np.vstack([out, out[-1:]])
-    e, o, h = chains.encode(new_eps, new_out)
-    Chain.objects.filter(value=v).update(epsilons=e, outputs=o, head_output=h, length=4, head=D("0.55"))
+    replace_chain(v, new_eps, new_out)
+    assert chain_head(v) == (D("0.55"), 4)
     set_ceilings([v], "0.8")
     assert chains_extend(attribute_id=categorical.id) == 1
     eps2, out2 = stored_chains(categorical)[v.id]
@@ -195,9 +197,9 @@ def test_two_concurrent_extensions_extend_each_chain_once():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_chain_locked_by_another_transaction_is_not_silently_left_behind():
-    """While a purchase (say) holds a chain's row lock, an extension run must either wait for it or fail so
-    that Celery retries; returning normally with the chain still below its ceiling loses the extension for
+def test_chains_locked_by_another_transaction_are_not_silently_left_behind():
+    """While a purchase (say) holds the attribute's chain lock, an extension run must either wait for it or fail
+    so that Celery retries; returning normally with a chain still below its ceiling loses the extension for
     good (nothing enqueues it again until the ceiling rises once more)."""
     attribute = CategoricalAttributeFactory()
     vs = contribute(attribute, ["red", "green", "blue"], ceiling="0.2")
@@ -206,7 +208,7 @@ def test_a_chain_locked_by_another_transaction_is_not_silently_left_behind():
 
     def hold_lock():
         with transaction.atomic():
-            list(Chain.objects.select_for_update().filter(value=vs[1]).values_list("value_id"))
+            chainstore.lock(attribute.id)
             locked.set()
             time.sleep(1.0)
         released.set()
@@ -219,7 +221,7 @@ def test_a_chain_locked_by_another_transaction_is_not_silently_left_behind():
         extended = None
     holder.join(30)
     assert "error" not in result, result.get("error")
-    heads = dict(Chain.objects.filter(value__in=vs).values_list("value_id", "head"))
+    heads = {v: h for v, (h, _) in chain_heads(Value.objects.filter(id__in=[v.id for v in vs])).items()}
     if extended is not None:
         assert heads[vs[1].id] == D("0.6"), (
             f"chains_extend returned {extended} but left the locked chain at {heads[vs[1].id]} below its ceiling")
@@ -239,19 +241,18 @@ def test_celery_is_configured_for_redelivery_and_beat_advances_schedules(setting
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_the_ids_to_extend_are_listed_by_one_query_streamed_across_batches():
-    """Re-running the listing join per batch costs a scan per batch (quadratic in the number of values):
-    outside a transaction the ids stream from one server-side cursor, each batch still its own transaction."""
+def test_on_postgresql_extension_reads_each_batch_with_one_binary_copy_and_commits_per_batch(settings):
+    """Each batch of whole blocks is its own transaction, and reads its values with one binary COPY
+    (``market.pgcopy.extension_rows``)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    settings.LDP_CHAIN_BLOCK = 8
     attribute = CategoricalAttributeFactory()
-    vs = contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2")
+    vs = contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2")  # 8 blocks
     set_ceilings(vs, "0.5")
     with CaptureQueriesContext(connection) as ctx:
-        assert chains_extend(attribute_id=attribute.id, batch_size=7) == 60
-    listings = [q["sql"] for q in ctx.captured_queries if 'SELECT "market_chain"."value_id"' in q["sql"]]
-    assert len(listings) == 1 and "CURSOR WITH HOLD" in listings[0], listings
-    assert sum(q["sql"] == "COMMIT" for q in ctx.captured_queries) >= 9  # ceil(60 / 7) batch transactions
+        assert chains_extend(attribute_id=attribute.id, batch_size=16) == 60
+    assert sum(q["sql"] == "COMMIT" for q in ctx.captured_queries) >= 4  # 8 blocks, two per batch
     assert all(e.tolist() == grid("0.1", "0.5") for e, _ in stored_chains(attribute).values())
-    assert chains_extend(attribute_id=attribute.id, batch_size=7) == 0
+    assert chains_extend(attribute_id=attribute.id, batch_size=16) == 0

@@ -11,9 +11,9 @@ from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry
 from accounts.services import BudgetError, Schedule
 from market import domain, sealing
 from market.domain import InvalidValue
-from market.models import Chain, Value
+from market.models import ChainBlock, ChainPoint, Value
 from market.services import value_create, values_create_many
-from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
+from tests.factories import (chain_head, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
                              NumericAttributeFactory, OwnerFactory, StringAttributeFactory, make_owners)
 
 T0 = datetime(2035, 1, 1, tzinfo=timezone.utc)
@@ -35,11 +35,11 @@ T0 = datetime(2035, 1, 1, tzinfo=timezone.utc)
 def test_invalid_raw_values_are_refused_with_a_clear_message_and_nothing_is_written(db, factory, raw, message):
     attribute = factory()
     owners = make_owners(2, "v")
-    counts = [M.objects.count() for M in (Value, BudgetAccount, Chain, LedgerEntry, LedgerBlock)]
+    counts = [M.objects.count() for M in (Value, BudgetAccount, ChainBlock, ChainPoint, LedgerEntry, LedgerBlock)]
     valid = {"categorical": "red", "binary": "yes", "numeric": "50", "string": "ok"}[attribute.kind]
     with pytest.raises(InvalidValue, match=message):
         values_create_many(attribute=attribute, owners=owners, raws=[valid, raw], ceiling="1")
-    assert [M.objects.count() for M in (Value, BudgetAccount, Chain, LedgerEntry, LedgerBlock)] == counts
+    assert [M.objects.count() for M in (Value, BudgetAccount, ChainBlock, ChainPoint, LedgerEntry, LedgerBlock)] == counts
 
 
 @pytest.mark.parametrize("raw,index", [("no", 0), ("yes", 1), ("YES", 1), ("0", 0), ("1", 1), (True, 1),
@@ -88,7 +88,6 @@ def test_a_new_value_holds_sealed_raw_and_input_a_budget_a_chain_and_one_ledger_
     assert domain.from_payload(attribute, payload).tolist() == [[2]]
     budget = BudgetAccount.objects.get(value=value)
     assert (budget.ceiling, budget.loss, budget.paused, budget.scheduled) == (Decimal("0.25"), 0, False, False)
-    chain = Chain.objects.get(value=value)
-    assert (chain.length, chain.head) == (2, Decimal("0.2"))
+    assert chain_head(value) == (Decimal("0.2"), 2)
     [entry] = LedgerEntry.objects.filter(value=value)
     assert (entry.kind, entry.ceiling, entry.chain_loss_after, entry.epsilon) == ("ceiling", Decimal("0.25"), 0, None)
