@@ -4,7 +4,7 @@
 as integer micro-epsilons and the sealed input -- with one ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)``,
 parsed by ``numpy.frombuffer`` with a structured dtype (every field has a fixed width per attribute), never a
 Python object per row.  The binary COPY encoders and parsers are hand-written (``ldpmarket.pgbinary``): measured
-faster than building rows through psycopg's adapters (docs/architecture.md#bulk-writes).  The rows, their order
+faster than building rows through psycopg's adapters (docs/architecture.md#storage).  The rows, their order
 and the filter are those of the generic path in ``market.services.extension_rows``.
 """
 from __future__ import annotations

@@ -60,6 +60,7 @@ def chains_to_blocks(apps, schema_editor):
             for v in values:
                 v.block_id, v.slot = block.id, part.index(v.id)
             Value.objects.bulk_update(values, ["block", "slot"], batch_size=2000)
+    _check_now(schema_editor)
 
 
 def blocks_to_chains(apps, schema_editor):
@@ -91,6 +92,13 @@ def blocks_to_chains(apps, schema_editor):
     Value.objects.update(block=None, slot=None)
     ChainPoint.objects.all().delete()
     apps.get_model("market", "ChainBlock").objects.all().delete()
+    _check_now(schema_editor)
+
+
+def _check_now(schema_editor):
+    """Run the deferred checks now: PostgreSQL refuses to alter a table with checks pending."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):
@@ -172,10 +180,6 @@ class Migration(migrations.Migration):
             constraint=models.CheckConstraint(condition=models.Q(('epsilon__gte', 0), ('epsilon__lte', 700000000)), name='chain_point_epsilon'),
         ),
         migrations.RunPython(chains_to_blocks, blocks_to_chains, elidable=False),
-        migrations.RemoveField(
-            model_name='chain',
-            name='value',
-        ),
         migrations.DeleteModel(
             name='Chain',
         ),
