@@ -17,9 +17,10 @@ from django.utils import timezone
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.services import schedules_advance
 from market import purchases
-from market import chains, sealing
-from market.models import Attribute, Chain, Dataset, Value
+from market import sealing
+from market.models import Attribute, ChainBlock, ChainPoint, Dataset, Value
 from market import oneshot_specs
+from tests.factories import chain_heads, stored_chains
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +53,7 @@ def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:
 
 def snapshot() -> dict[str, int]:
     return {model.__name__: model.objects.count() for model in
-            (User, Dataset, Attribute, Value, Chain, BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry)}
+            (User, Dataset, Attribute, Value, ChainBlock, ChainPoint, BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry)}
 
 
 def test_the_papers_counts():
@@ -125,12 +126,12 @@ def test_budgets_chains_and_ledger_for_every_value():
     # chains: from the grid start up to each ceiling, outputs inside the domain
     grid = np.arange(1, 11) * 100_000
     for attr, points, m in ((binary, grid, 2), (categorical, grid[:1], 5)):
-        rows = Chain.objects.filter(value__attribute=attr).values_list("epsilons", "outputs", "head", "length")
-        assert len(rows) == attr.values.count()
-        for eps_blob, out_blob, head, length in rows:
-            eps, out = chains.decode(eps_blob, out_blob, 1)
-            assert np.array_equal(eps, points) and length == points.size
-            assert head == Decimal(int(points[-1])) / 1_000_000
+        stored = stored_chains(attr)
+        heads = chain_heads(attr.values.all())
+        assert len(stored) == len(heads) == attr.values.count()
+        for value_id, (eps, out) in stored.items():
+            assert np.array_equal(eps, points) and out.shape == (points.size, 1)
+            assert heads[value_id] == (Decimal(int(points[-1])) / 1_000_000, points.size)
             assert out.min() >= 0 and out.max() < m
 
     # one ledger entry per value recording its policy, nothing released
@@ -170,8 +171,8 @@ def test_the_schedule_grows_and_chains_follow(django_capture_on_commit_callbacks
         with django_capture_on_commit_callbacks(execute=True):
             raised = schedules_advance()
     assert raised == 1500
-    heads = set(Chain.objects.filter(value__attribute=categorical).values_list("head", flat=True))
-    assert heads == {Decimal("1")}
+    heads = chain_heads(categorical.values.all())
+    assert len(heads) == 1500 and {head for head, _ in heads.values()} == {Decimal("1")}
     assert BudgetAccount.objects.filter(value__attribute=categorical, ceiling=Decimal("1")).count() == 1500
 
 
@@ -215,7 +216,9 @@ def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
         assert title in text
         attr = Attribute.objects.get(dataset__title=title)
         assert attr.is_oneshot and attr.values.count() == n
-        assert not Chain.objects.filter(value__attribute=attr).exists()
+        assert not attr.values.filter(block__isnull=False).exists()
+        assert not ChainBlock.objects.filter(attribute=attr).exists()
+        assert not ChainPoint.objects.filter(attribute=attr).exists()
         spec = oneshot_specs.parse_spec(attr, **requests[title])
         purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attr, spec=spec, cohort=None,
                                             idempotency_key=f"demo-{attr.id}")

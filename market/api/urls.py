@@ -3,6 +3,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
+from accounts.ledger_api import LedgerCheckpointList, LedgerConsistencyView, LedgerPublicKeyView
 from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
 from .root import ApiRootView
@@ -26,5 +27,8 @@ urlpatterns = [
     path("account/statement/", StatementView.as_view(), name="account-statement"),
     path("staff/topups/", TopUpView.as_view(), name="staff-topups"),
     path("staff/fees/", FeeStatementView.as_view(), name="staff-fees"),
+    path("ledger/public-key/", LedgerPublicKeyView.as_view(), name="ledger-public-key"),
+    path("ledger/checkpoints/", LedgerCheckpointList.as_view(), name="ledger-checkpoints"),
+    path("ledger/consistency/", LedgerConsistencyView.as_view(), name="ledger-consistency"),
     *router.urls,
 ]

@@ -12,9 +12,9 @@ from django.db import connection, transaction
 from accounts import ledger
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry
 from accounts.services import BudgetError, Schedule, budget_set_ceiling, budget_set_paused, budget_set_schedule
-from market.models import Chain
+from market.models import Value
 from market.services import value_delete_raw
-from tests.factories import contribute, stored_chains
+from tests.factories import chain_head, contribute, stored_chains
 
 UTC = timezone.utc
 T0 = datetime(2031, 3, 1, tzinfo=UTC)
@@ -31,7 +31,8 @@ def entries(value_id):
 
 
 def head(value_id):
-    return Chain.objects.get(value_id=value_id).head
+    """The head of the value's chain (its slot's highest point in its block)."""
+    return chain_head(Value(id=value_id))[0]
 
 
 @pytest.fixture

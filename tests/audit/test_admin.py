@@ -14,7 +14,7 @@ from accounts.checkpoints import checkpoint_make
 from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerEntry, LedgerHead, MoneyAccount,
                              MoneyEntry, User)
 from accounts.roles import grant_role
-from market.models import Chain, Dataset, Holding, Purchase, PurchaseChunk, Value
+from market.models import Dataset, Holding, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
 from tests.factories import PASSWORD
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.urls("tests.audit.urls")
 
 OURS = ("accounts", "market")
 #: Read-only for everybody, superusers included: they change only through the services.
-READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value, Chain, Purchase,
+READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value, Purchase,
              PurchaseChunk, Holding]
 
 
@@ -44,7 +44,7 @@ def test_every_model_of_the_service_is_registered():
     labels = {m._meta.label for m in registered()}
     assert labels == {"accounts.User", "accounts.BudgetAccount", "accounts.LedgerBlock", "accounts.LedgerHead",
                       "accounts.LedgerEntry", "accounts.MoneyAccount", "accounts.MoneyEntry", "market.Dataset",
-                      "market.Attribute", "market.Value", "market.Chain", "market.Purchase", "market.PurchaseChunk",
+                      "market.Attribute", "market.Value", "market.Purchase", "market.PurchaseChunk",
                       "market.Holding", "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint"}
 
 
@@ -151,27 +151,34 @@ def test_raw_values_only_for_staff_and_never_sealed_bytes(market, auditor, staff
     assert staff_page.status_code == auditor_page.status_code == 200
     assert b'<div class="readonly" id="ldp-raw-value">green</div>' in staff_page.content
     assert b"ldp-raw-value" not in auditor_page.content and b"Raw value" not in auditor_page.content
-    for page in (staff_page, auditor_page, logged_in(staff).get(url(Value, "changelist")),
-                 logged_in(staff).get(url(Chain, "change", value.pk))):
+    assert b"Chain steps (" in staff_page.content  # the value's chain is listed on its page (no page of its own)
+    for page in (staff_page, auditor_page, logged_in(staff).get(url(Value, "changelist"))):
         assert sealed[:40] not in page.content
         assert b"raw_sealed" not in page.content and b"input_sealed" not in page.content
     deleted = logged_in(staff).get(url(Value, "change", market.fixed[2].pk))
     assert b"(deleted by its owner)" in deleted.content
 
 
-def test_chain_page_withholds_every_output_from_auditors(market, auditor, staff):
-    """Released outputs are data buyers paid for and the others were never sold: auditors see neither, only each
-    step's epsilon and whether it was released (staff see everything)."""
+def test_chain_steps_withhold_every_output_from_auditors(market, auditor, staff):
+    """The value page lists its chain's steps (its slot across its block's points). Released outputs are data
+    buyers paid for and the others were never sold: auditors see neither, only each step's epsilon and whether it
+    was released (staff see everything)."""
     value = market.fixed[3]  # ceiling 2, chain to 2.0 (20 steps), released up to 1.0
     assert BudgetAccount.objects.get(value=value).chain_loss == 1
-    auditor_page = logged_in(auditor).get(url(Chain, "change", value.pk)).content.decode()
-    staff_page = logged_in(staff).get(url(Chain, "change", value.pk)).content.decode()
+    value.refresh_from_db()
+    auditor_page = logged_in(auditor).get(url(Value, "change", value.pk)).content.decode()
+    staff_page = logged_in(staff).get(url(Value, "change", value.pk)).content.decode()
+    for page in (auditor_page, staff_page):
+        assert "Chain steps (20)" in page
+        assert f"20 points up to epsilon 2 (slot {value.slot} of chain block #{value.block_id})" in page
     assert auditor_page.count("<em>withheld</em>") == 20
     assert "10 released steps" in auditor_page and "10 steps above it" in auditor_page
     assert staff_page.count("<em>withheld</em>") == 0
-    assert "0.1, 0.2, 0.3" in auditor_page  # the epsilons themselves are not secret
+    # the epsilons themselves are not secret
+    assert all(f'<td class="num">{k / 10:g}</td>' in auditor_page for k in range(1, 21))
     assert auditor_page.count("<td>yes</td>") == 10  # nor is which steps were released
     assert not any(f"<td>{label}</td>" in auditor_page for label in ("red", "green", "blue"))
+    assert sum(staff_page.count(f"<td>{label}</td>") for label in ("red", "green", "blue")) == 20
 
 
 def test_people_without_a_console_role_are_kept_out(market, owner):

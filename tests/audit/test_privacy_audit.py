@@ -11,11 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from audit.privacy import privacy_audit
-from market import chains
-from market.models import Chain
+from market.models import ChainPoint
 from mechanisms.audit import bayes_error_bound
 from tests.factories import (BinaryAttributeFactory, CategoricalAttributeFactory, NumericAttributeFactory,
-                             StringAttributeFactory, contribute)
+                             StringAttributeFactory, contribute, replace_chain, stored_chains)
 
 LABELS = ["red", "green", "blue"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -30,15 +29,17 @@ def honest(db):
 
 @pytest.fixture
 def leaky(db):
-    """Chains whose every output is the true value, written straight into the database."""
+    """Chains whose every output is the true value, written straight into the database (each value's slot of its
+    block's points, sealed again: a leak the seal cannot see, only the attackers)."""
     attribute = CategoricalAttributeFactory(grid_stop="1")
     values = contribute(attribute, LABELS * 40, prefix="leaky", ceiling="1", rng=np.random.default_rng(12))
+    stored = stored_chains(attribute)
     for value, label in zip(values, LABELS * 40):
-        chain = Chain.objects.get(value=value)
-        eps, out = chains.decode(chain.epsilons, chain.outputs, 1)
-        truth = np.full_like(out, LABELS.index(label))
-        e, o, head = chains.encode(eps, truth)
-        Chain.objects.filter(value=value).update(outputs=o, head_output=head)
+        eps, out = stored[value.id]
+        replace_chain(value, eps, np.full_like(out, LABELS.index(label)))
+    after = stored_chains(attribute)
+    assert all(np.array_equal(after[v.id][0], stored[v.id][0]) and (after[v.id][1] == LABELS.index(label)).all()
+               for v, label in zip(values, LABELS * 40))
     return attribute
 
 
@@ -74,6 +75,32 @@ def test_planted_leak_is_flagged_and_the_command_exits_non_zero(honest, leaky, t
     body = json.loads((tmp_path / "privacy_audit.json").read_text())
     assert body["ok"] is False and {a["attribute"] for a in body["attributes"] if a["leak"]} == {leaky.id}
     assert re.search(r"\b(red|green|blue)\b", text) is None  # no raw value in the report
+
+
+@pytest.mark.parametrize("tamper", ["sealed", "present", "epsilon"])
+def test_a_tampered_chain_point_is_reported_broken_not_read(honest, tamper, tmp_path):
+    """A chain point row changed in the database (its ciphertext, its bitmap of slots, or moved to another
+    epsilon) no longer opens: the audit reports the attribute as failed with the broken seal, it does not attack
+    whatever the row now holds."""
+    point = ChainPoint.objects.filter(attribute=honest).order_by("epsilon").last()
+    if tamper == "sealed":
+        sealed = bytearray(bytes(point.sealed))
+        sealed[-1] ^= 1
+        ChainPoint.objects.filter(id=point.id).update(sealed=bytes(sealed))
+    elif tamper == "present":
+        present = bytearray(bytes(point.present))
+        present[0] ^= 1
+        ChainPoint.objects.filter(id=point.id).update(present=bytes(present))
+    else:
+        ChainPoint.objects.filter(id=point.id).update(epsilon=point.epsilon + 50_000)
+    report = privacy_audit(sample=360, levels=5, rng=np.random.default_rng(1))
+    (a,) = report.attributes
+    assert not report.ok and a.status == "FAIL" and not a.levels
+    assert "stored chain points do not open" in a.error and "does not open" in a.error, a.error
+    with pytest.raises(CommandError, match=f"privacy audit FAILED for attribute\\(s\\) {honest.id} "
+                                           f"\\(stored chain points do not open"):
+        call_command("privacy_audit", "--out", str(tmp_path), "--seed", "3", stdout=io.StringIO(),
+                     stderr=io.StringIO())
 
 
 def test_command_passes_on_honest_chains(honest, tmp_path):

@@ -22,7 +22,7 @@ from audit.budget_audit import audit_budgets
 from market import purchases
 from market import domain, oneshot, releases, sealing
 from market.domain import InvalidValue
-from market.models import Attribute, Chain, Holding, Purchase, PurchaseChunk, Value
+from market.models import Attribute, ChainBlock, ChainPoint, Holding, Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
 from market.purchases import purchase_claim, purchase_execute
 from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
@@ -53,7 +53,9 @@ def test_oneshot_values_have_no_chain_and_keep_their_sealed_raw_value_and_input(
     factory, raws = FACTORIES[mechanism]
     attribute = factory(price_policy=POLICY)
     created = values(attribute, raws, ceiling="3")
-    assert not Chain.objects.filter(value__attribute=attribute).exists()
+    assert not ChainBlock.objects.filter(attribute=attribute).exists()
+    assert not ChainPoint.objects.filter(attribute=attribute).exists()
+    assert not Value.objects.filter(attribute=attribute).exclude(block=None, slot=None).exists()
     assert BudgetAccount.objects.filter(value__attribute=attribute).count() == len(raws)
     assert LedgerEntry.objects.filter(value__attribute=attribute, kind="ceiling").count() == len(raws)
     rows = list(Value.objects.filter(attribute=attribute).order_by("id"))
@@ -78,7 +80,9 @@ def test_oneshot_values_have_no_chain_and_keep_their_sealed_raw_value_and_input(
     # raising ceilings never grows chains for them: extension has nothing to do
     BudgetAccount.objects.filter(value__attribute=attribute).update(ceiling=D("9"))
     assert chains_extend(attribute_id=attribute.id) == 0
-    assert not Chain.objects.filter(value__attribute=attribute).exists()
+    assert not ChainBlock.objects.filter(attribute=attribute).exists()
+    assert not ChainPoint.objects.filter(attribute=attribute).exists()
+    assert not Value.objects.filter(attribute=attribute).exclude(block=None, slot=None).exists()
     assert created[0].id == rows[0].id
 
 

@@ -1,9 +1,9 @@
-"""The PostgreSQL fast path of chain extension (``market.pgcopy``) against the generic ORM path.
+"""The PostgreSQL fast path of chain extension's read (``market.pgcopy.extension_rows``) against the generic
+ORM path (``market.services.extension_rows``).
 
-Both paths take the same rows in the same order and call ``chains.grow`` alike,
-so with the same seeded generator they must store byte-identical chains.  Run
-with ``DATABASE_URL`` pointing at PostgreSQL; on SQLite the database tests are
-skipped (the binary-format unit tests at the end run everywhere).
+Both paths read the same rows in the same (block, slot) order, and extension calls ``chains.grow`` alike on
+them, so with the same seeded generator they must store the same chains.  Run with ``DATABASE_URL`` pointing at
+PostgreSQL; on SQLite the database tests are skipped (the binary-format unit tests at the end run everywhere).
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from django.db import connection, transaction
 
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
-from market import chains, pgcopy, services
-from market.models import Attribute, Chain, Value
+from market import chains, chainstore, pgcopy, services
+from market.models import Attribute, ChainBlock, ChainPoint, Value
 from market.tasks import extend_chains
-from tests.factories import CategoricalAttributeFactory, StringAttributeFactory, make_owners
+from tests.factories import (CategoricalAttributeFactory, StringAttributeFactory, chain_heads, chain_rows,
+                             make_owners, stored_chains)
 
 LABELS = ["a", "b", "c", "d", "e"]
 #: Ceilings giving 0 (equal to the head, or between grid points), 1, 2, 9, 19 and 31 new steps from 0.1.
@@ -58,9 +59,18 @@ def _raise(values: list[Value], ceilings: list[str]) -> list[str]:
 
 
 def _stored(attribute: Attribute) -> list[tuple]:
-    return [(bytes(e), bytes(o), n, h, bytes(ho), u) for e, o, n, h, ho, u in
-            Chain.objects.filter(value__attribute=attribute).order_by("value_id")
-            .values_list("epsilons", "outputs", "length", "head", "head_output", "updated_at")]
+    """Each value's chain, opened, by value id: ``(epsilons bytes, outputs bytes, length, head)``."""
+    rows = chain_rows(attribute)
+    return [rows[v] for v in sorted(rows)]
+
+
+def _at_rest(attribute: Attribute) -> tuple:
+    """The stored rows themselves (sealed bytes, bitmaps, heads, revisions): a write changes them."""
+    points = [(b, e, bytes(p), bytes(s), r) for b, e, p, s, r in ChainPoint.objects.filter(attribute=attribute)
+              .order_by("block_id", "epsilon").values_list("block_id", "epsilon", "present", "sealed", "revision")]
+    blocks = [(i, bytes(h), r) for i, h, r in ChainBlock.objects.filter(attribute=attribute).order_by("index")
+              .values_list("index", "heads", "revision")]
+    return points, blocks
 
 
 def _expected_points(attribute: Attribute, ceiling: str) -> np.ndarray:
@@ -70,30 +80,49 @@ def _expected_points(attribute: Attribute, ceiling: str) -> np.ndarray:
 
 
 def _check_decodes(attribute: Attribute, ceilings: list[str]) -> None:
-    """Every chain decodes to the grid up to its ceiling, outputs in range, head and last step agree."""
-    width, m = attribute.width, attribute.domain_size
-    stored = _stored(attribute)
-    for (eps_blob, out_blob, length, head, head_output, _), c in zip(stored, ceilings, strict=True):
-        eps, out = chains.decode(eps_blob, out_blob, width)
+    """Every chain is the grid up to its ceiling, outputs in range, and its block's head is its last point."""
+    m = attribute.domain_size
+    stored = stored_chains(attribute)
+    values = list(Value.objects.filter(attribute=attribute).order_by("id"))
+    heads = chain_heads(values)
+    assert len(values) == len(ceilings)
+    for v, c in zip(values, ceilings, strict=True):
+        eps, out = stored[v.id]
         points = _expected_points(attribute, c)
         np.testing.assert_array_equal(eps, points)
-        assert length == points.size == out.shape[0]
-        assert head == from_micro(int(points[-1]))
+        assert out.shape[0] == points.size
+        assert heads[v.id] == (from_micro(int(points[-1])), points.size)
         assert out.min() >= 0 and out.max() < m
-        assert np.frombuffer(head_output, dtype=chains.OUT).tolist() == out[-1].tolist()
+
+
+def _block_ids(attribute: Attribute) -> list[int]:
+    return list(ChainBlock.objects.filter(attribute=attribute).order_by("index").values_list("id", flat=True))
+
+
+def _generic_rows(monkeypatch, attribute, block_ids, value_ids=None) -> dict:
+    with monkeypatch.context() as m:
+        m.setattr(pgcopy, "enabled", lambda: False)
+        return services.extension_rows(attribute, block_ids, value_ids)
+
+
+def _assert_same_rows(fast: dict, generic: dict) -> None:
+    assert set(fast) == set(generic) == {"value_id", "owner_id", "block_id", "slot", "ceiling", "sealed"}
+    for name, column in fast.items():
+        assert column.dtype == generic[name].dtype, name
+        np.testing.assert_array_equal(column, generic[name], err_msg=name)
 
 
 @pytest.fixture
 def fast_calls(monkeypatch):
-    """Counts batches that went through ``pgcopy.extend_batch`` (so a test knows the fast path ran)."""
+    """Counts batches read through ``pgcopy.extension_rows`` (so a test knows the fast path ran)."""
     calls = []
-    original = pgcopy.extend_batch
+    original = pgcopy.extension_rows
 
     def spy(*args, **kwargs):
-        calls.append(args[2])
+        calls.append(list(args[1]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pgcopy, "extend_batch", spy)
+    monkeypatch.setattr(pgcopy, "extension_rows", spy)
     return calls
 
 
@@ -103,32 +132,81 @@ pg = pytest.mark.postgres
 @pg
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", ["categorical", "string"])
-@pytest.mark.parametrize("batch_size", [1000, 7])
-def test_fast_and_generic_paths_store_identical_chains(kind, batch_size, fast_calls, monkeypatch):
-    """Same inputs, same seeded generator: byte-identical epsilons, outputs, lengths and heads.
+def test_extension_rows_are_those_of_the_generic_path(kind, settings, monkeypatch):
+    """Same columns, dtypes, rows and (block, slot) order: all blocks, some blocks, some value ids, a value
+    without its input (skipped by both), an empty block list, and another attribute's blocks (nothing)."""
+    settings.LDP_CHAIN_BLOCK = 8
+    attribute, other = _attribute(kind), _attribute(kind)
+    values = _values(attribute, 30)
+    _values(other, 5, prefix="other")
+    ceilings = _raise(values, CEILINGS)
+    services.value_delete_raw(value_id=values[9].id)
+    blocks = _block_ids(attribute)
+    assert len(blocks) == 4
+    assert pgcopy.enabled()
 
-    The ceilings mix 0, 1, 2, 9, 19 and 31 new steps in every batch; batch_size 7 makes
-    several batches inside one test transaction (the temporary table must not linger).
+    fast = pgcopy.extension_rows(attribute, blocks)
+    _assert_same_rows(fast, _generic_rows(monkeypatch, attribute, blocks))
+    assert fast["value_id"].tolist() == [v.id for v in values if v.id != values[9].id]
+    assert fast["ceiling"].tolist() == [to_micro(Decimal(c)) for v, c in zip(values, ceilings) if v != values[9]]
+    assert fast["slot"].tolist() == [i % 8 for i in range(30) if i != 9]
+    assert fast["sealed"].shape == (29, len(bytes(values[0].input_sealed)))
+    assert bytes(fast["sealed"][0]) == bytes(Value.objects.get(id=values[0].id).input_sealed)
+
+    some = [blocks[3], blocks[1]]
+    _assert_same_rows(pgcopy.extension_rows(attribute, some), _generic_rows(monkeypatch, attribute, some))
+    chosen = [values[0].id, values[9].id, values[17].id, values[29].id]
+    fast = pgcopy.extension_rows(attribute, blocks, chosen)
+    _assert_same_rows(fast, _generic_rows(monkeypatch, attribute, blocks, chosen))
+    assert fast["value_id"].tolist() == [values[0].id, values[17].id, values[29].id]
+    for empty in (pgcopy.extension_rows(attribute, []), pgcopy.extension_rows(attribute, _block_ids(other))):
+        _assert_same_rows(empty, _generic_rows(monkeypatch, attribute, []))
+        assert empty["value_id"].size == 0
+
+
+@pg
+@pytest.mark.django_db
+def test_ceilings_are_read_as_exact_micro_epsilons(monkeypatch):
+    """The binary read rounds ``ceiling * 10**6`` in the database to an integer: exactly ``to_micro``."""
+    attribute = _attribute()
+    values = _values(attribute, 6)
+    ceilings = ["0.000001", "0.1", "2.05", "3.141592", "29.999999", "30"]
+    _raise(values, ceilings)
+    blocks = _block_ids(attribute)
+    fast = pgcopy.extension_rows(attribute, blocks)
+    assert fast["ceiling"].tolist() == [to_micro(Decimal(c)) for c in ceilings]
+    _assert_same_rows(fast, _generic_rows(monkeypatch, attribute, blocks))
+
+
+@pg
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["categorical", "string"])
+@pytest.mark.parametrize("batch_size", [1000, 7])
+def test_fast_and_generic_paths_store_identical_chains(kind, batch_size, fast_calls, monkeypatch, settings):
+    """Same inputs, same seeded generator: the same epsilons, outputs, lengths and heads.
+
+    The ceilings mix 0, 1, 2, 9, 19 and 31 new steps in every block; with blocks of 4, batch_size 7 makes one
+    block per batch, so several batches inside one test transaction.
     """
+    settings.LDP_CHAIN_BLOCK = 4
     fast_attr, generic_attr = _attribute(kind), _attribute(kind)
     n = 40
     fast_values, generic_values = _values(fast_attr, n), _values(generic_attr, n)
-    assert [r[:5] for r in _stored(fast_attr)] == [r[:5] for r in _stored(generic_attr)]  # same start
+    assert _stored(fast_attr) == _stored(generic_attr)  # same start
     ceilings = _raise(fast_values, CEILINGS)
     _raise(generic_values, CEILINGS)
     growing = sum(1 for c in ceilings if _expected_points(fast_attr, c).size > 1)
 
     assert services.chains_extend(attribute_id=fast_attr.id, batch_size=batch_size,
                                   rng=np.random.default_rng(99)) == growing
-    assert fast_calls, "the PostgreSQL fast path did not run"
+    assert len(fast_calls) == (10 if batch_size == 7 else 1), "the PostgreSQL fast path did not run per batch"
     calls = len(fast_calls)
     monkeypatch.setattr(pgcopy, "enabled", lambda: False)
     assert services.chains_extend(attribute_id=generic_attr.id, batch_size=batch_size,
                                   rng=np.random.default_rng(99)) == growing
     assert len(fast_calls) == calls, "the generic path went through pgcopy"
 
-    fast, generic = _stored(fast_attr), _stored(generic_attr)
-    assert [r[:5] for r in fast] == [r[:5] for r in generic]
+    assert _stored(fast_attr) == _stored(generic_attr)
     _check_decodes(fast_attr, ceilings)
 
 
@@ -140,10 +218,10 @@ def test_rerun_is_a_noop_and_task_path(fast_calls):
     ceilings = _raise(values, CEILINGS)
     grown = extend_chains.apply(args=[attribute.id]).get()
     assert grown == sum(1 for c in ceilings if _expected_points(attribute, c).size > 1)
-    before = _stored(attribute)
+    before = _at_rest(attribute)
     assert extend_chains.apply(args=[attribute.id]).get() == 0
     assert services.chains_extend(attribute_id=attribute.id, batch_size=4) == 0
-    assert _stored(attribute) == before  # not even updated_at moved
+    assert _at_rest(attribute) == before  # nothing written: not even a row sealed again or a revision moved
     _check_decodes(attribute, ceilings)
     assert fast_calls
 
@@ -167,15 +245,17 @@ def test_mixed_step_counts_in_one_batch_and_restricted_ids(fast_calls):
 
 @pg
 @pytest.mark.django_db
-def test_sparse_ids_take_the_index_lookup_plan(fast_calls):
-    """Ids far apart (span > DENSE_SPAN x count) are read by index lookups, not range scans: same result."""
+def test_values_far_apart_read_only_their_blocks(fast_calls, settings):
+    """A few values in blocks far apart: only their blocks are read, and only they grow."""
+    settings.LDP_CHAIN_BLOCK = 8
     attribute = _attribute()
     values = _values(attribute, 70)
     ceilings = _raise(values, ["3.2"] * 69 + ["0.35"])
     chosen = [values[0].id, values[40].id, values[69].id]
-    assert max(chosen) - min(chosen) + 1 > pgcopy.DENSE_SPAN * len(chosen)
+    blocks = _block_ids(attribute)
     assert services.chains_extend(attribute_id=attribute.id, value_ids=chosen) == 3
-    lengths = dict(Chain.objects.filter(value__attribute=attribute).values_list("value_id", "length"))
+    assert fast_calls == [[blocks[0], blocks[5], blocks[8]]]
+    lengths = {vid: row[2] for vid, row in chain_rows(attribute).items()}
     assert {vid: n for vid, n in lengths.items() if n > 1} == {values[0].id: 32, values[40].id: 32,
                                                                 values[69].id: 3}
     services.chains_extend(attribute_id=attribute.id)
@@ -190,54 +270,69 @@ def test_value_with_deleted_raw_is_skipped(fast_calls):
     services.value_delete_raw(value_id=values[5].id)
     assert Value.objects.get(id=values[5].id).input_sealed is None
     _raise(values, ["2"])
-    before = Chain.objects.get(value_id=values[5].id)
+    before = chain_rows(attribute)[values[5].id]
     assert services.chains_extend(attribute_id=attribute.id) == 11
-    after = Chain.objects.get(value_id=values[5].id)
-    assert (bytes(after.epsilons), after.length, after.head, after.updated_at) == \
-        (bytes(before.epsilons), 1, Decimal("0.1"), before.updated_at)
-    heads = dict(Chain.objects.filter(value__attribute=attribute).values_list("value_id", "head"))
-    assert all(h == Decimal("2") for vid, h in heads.items() if vid != values[5].id)
+    after = chain_rows(attribute)[values[5].id]
+    assert after == before and after[2:] == (1, 100_000)
+    heads = {vid: h for vid, (h, _) in chain_heads(Value.objects.filter(attribute=attribute)).items()}
+    assert heads[values[5].id] == Decimal("0.1")
+    assert all(h == Decimal(2) for vid, h in heads.items() if vid != values[5].id)
     assert fast_calls
 
 
 @pg
 @pytest.mark.django_db
-def test_a_failing_batch_leaves_every_chain_untouched(monkeypatch):
-    """The UPDATE runs for part of the rows, then the batch fails: all of it rolls back; a rerun completes."""
+def test_a_failing_batch_leaves_its_chains_untouched(monkeypatch, settings):
+    """A batch stores its rows, then fails: all of it rolls back (the batches before it stay committed);
+    a rerun completes."""
+    settings.LDP_CHAIN_BLOCK = 4
     attribute = _attribute()
-    values = _values(attribute, 25)
+    values = _values(attribute, 25)  # 7 blocks; batches of two blocks
     ceilings = _raise(values, CEILINGS)
-    before = _stored(attribute)
-    original = pgcopy.growth_bodies
-    monkeypatch.setattr(pgcopy, "growth_bodies", lambda *a: original(*a)[:1])  # only one step-count group
-    with pytest.raises(RuntimeError, match="instead of"):
-        services.chains_extend(attribute_id=attribute.id)
-    assert _stored(attribute) == before
-    monkeypatch.setattr(pgcopy, "growth_bodies", original)
-    services.chains_extend(attribute_id=attribute.id)
+    before = chain_rows(attribute)
+    original, stores = chainstore.store, []
+
+    def store_then_fail(*args, **kwargs):
+        written = original(*args, **kwargs)
+        stores.append(written)
+        if len(stores) == 2:
+            assert written > 0
+            raise RuntimeError("the batch failed after writing")
+        return written
+
+    monkeypatch.setattr(chainstore, "store", store_then_fail)
+    with pytest.raises(RuntimeError, match="after writing"):
+        services.chains_extend(attribute_id=attribute.id, batch_size=8)
+    after = chain_rows(attribute)
+    first_batch = {v.id for v in values[:8]}
+    assert {v: r for v, r in after.items() if v not in first_batch} == \
+        {v: r for v, r in before.items() if v not in first_batch}
+    assert any(after[v] != before[v] for v in first_batch)  # the first batch committed
+    monkeypatch.setattr(chainstore, "store", original)
+    services.chains_extend(attribute_id=attribute.id, batch_size=8)
     _check_decodes(attribute, ceilings)
 
 
 @pg
 @pytest.mark.django_db(transaction=True)
-def test_a_chain_locked_elsewhere_is_waited_for_and_not_extended_twice():
-    """Locks are blocking, in value-id order (as the generic path): a chain held by another transaction
-    is waited for; if that transaction extended it meanwhile, the re-checked filter drops it (no double
-    extension); a chain only held (not changed) is extended once the lock is released."""
+@pytest.mark.parametrize("extend_elsewhere", [True, False])
+def test_the_chain_lock_held_elsewhere_is_waited_for_and_nothing_is_extended_twice(extend_elsewhere):
+    """Extension takes the attribute's chain lock before it reads: while another transaction holds it, the
+    extension waits; if that transaction extended a chain meanwhile, the extension reads it grown and leaves it
+    (no double extension); if it only held the lock, every chain is extended once it is released."""
     attribute = _attribute()
     values = _values(attribute, 10)
     ceilings = _raise(values, ["1"])
-    extended_elsewhere, held_only = values[3].id, values[6].id
+    extended_elsewhere = values[3].id
     holding, results = threading.Event(), {}
 
-    def hold(extend: bool):
+    def hold():
         try:
             with transaction.atomic():
-                if extend:  # a concurrent run (or a purchase) extends this chain and commits later
+                if extend_elsewhere:  # a concurrent run extends this chain and commits later
                     results["other"] = services.chains_extend(attribute_id=attribute.id,
                                                               value_ids=[extended_elsewhere])
-                list(Chain.objects.select_for_update().filter(value_id__in=[extended_elsewhere, held_only])
-                     .values_list("value_id"))
+                chainstore.lock(attribute.id)
                 holding.set()
                 time.sleep(1.0)
         except Exception as exc:  # noqa: BLE001 - reported below
@@ -246,7 +341,7 @@ def test_a_chain_locked_elsewhere_is_waited_for_and_not_extended_twice():
             holding.set()
             connection.close()
 
-    thread = threading.Thread(target=hold, args=(True,))
+    thread = threading.Thread(target=hold)
     thread.start()
     assert holding.wait(30)
     start = time.monotonic()
@@ -254,8 +349,8 @@ def test_a_chain_locked_elsewhere_is_waited_for_and_not_extended_twice():
     waited = time.monotonic() - start
     thread.join(30)
     assert "error" not in results, results["error"]
-    assert results["other"] == 1
-    assert extended == 9 and waited > 0.5
+    assert results.get("other") == (1 if extend_elsewhere else None)
+    assert extended == (9 if extend_elsewhere else 10) and waited > 0.5
     _check_decodes(attribute, ceilings)  # every chain, the contested one too, is 0.1 .. 1.0 exactly once
     assert services.chains_extend(attribute_id=attribute.id) == 0
 
@@ -285,17 +380,3 @@ def test_parse_rows_refuses_nulls_and_other_widths():
         pgcopy.parse_rows(pgcopy.HEADER + ok_row + b"\0" + pgcopy.TRAILER, [("id", ">i8")])
     with pytest.raises(pgcopy.CopyFormatError):
         pgcopy.parse_rows(b"not a copy stream", [("id", ">i8")])
-
-
-@pg
-@pytest.mark.django_db
-def test_numeric_heads_written_in_binary_round_trip():
-    micro = np.array([0, 1, 99, 100_000, 2_050_000, 3_141_592, 699_999_999, 700_000_000])
-    with connection.cursor() as wrapper:
-        wrapper.execute("CREATE TEMP TABLE ldp_numeric_check (id bigint, head numeric(12, 6))")
-        pgcopy.copy_in(wrapper.cursor, "ldp_numeric_check",
-                       [pgcopy.binary_rows([np.arange(micro.size), pgcopy._numeric_micro(micro)])])
-        wrapper.execute("SELECT head FROM ldp_numeric_check ORDER BY id")
-        heads = [row[0] for row in wrapper.fetchall()]
-        wrapper.execute("DROP TABLE ldp_numeric_check")
-    assert heads == [from_micro(int(m)) for m in micro]

@@ -13,14 +13,17 @@ import threading
 from collections import defaultdict
 from decimal import Decimal
 
+import numpy as np
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.db.models import Max, Sum
 
 from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
-from market import purchases, services
-from market.models import Attribute, Chain, Dataset, Purchase, PurchaseChunk
+from accounts.epsilon import to_micro
+from market import chainstore, purchases, services
+from market.models import Attribute, ChainBlock, ChainPoint, Dataset, Purchase, PurchaseChunk, Value
+from tests.factories import chain_heads, stored_chains
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +32,8 @@ EPSILONS = ["0.2", "0.4", "0.6", "0.8", "1.2", "0.45"]
 
 
 @pytest.fixture
-def market_setup():
+def market_setup(settings):
+    settings.LDP_CHAIN_BLOCK = 16  # 60 values in 4 blocks: purchases write to several blocks
     dataset = Dataset.objects.create(title="concurrency")
     attribute = Attribute.objects.create(dataset=dataset, name="q", kind="categorical", labels=["a", "b", "c", "d"],
                                          grid_start=Decimal("0.1"), grid_step=Decimal("0.1"))
@@ -108,11 +112,23 @@ def test_concurrent_purchases_never_overspend(market_setup):
         spent = Purchase.objects.filter(buyer=b).aggregate(s=Sum("price"))["s"]
         assert MoneyAccount.objects.get(user=b, kind="buyer_credit").balance == Decimal("10") - spent
 
-    # Every chain is still a valid chain and every buyer got the chain's stored output.
-    from market.chains import decode
-    for chain in Chain.objects.filter(value__attribute=attribute):
-        eps, _ = decode(chain.epsilons, chain.outputs, 1)
-        assert (eps[1:] > eps[:-1]).all()
+    # Every chain is still a valid chain: its grid points up to its ceiling, plus the one point bridged at 0.45
+    # if its ceiling admits it, each exactly once (no fork), its head its highest point.
+    grid = [100_000 * k for k in range(1, 11)]
+    ceilings = dict(BudgetAccount.objects.filter(value__attribute=attribute).values_list("value_id", "ceiling"))
+    heads = chain_heads(Value.objects.filter(attribute=attribute))
+    for vid, (eps, out) in stored_chains(attribute).items():
+        top = to_micro(ceilings[vid])
+        assert eps.tolist() == sorted([g for g in grid if g <= top] + ([450_000] if top >= 450_000 else []))
+        assert (eps[1:] > eps[:-1]).all() and out.shape == (eps.size, 1) and out.min() >= 0
+        assert heads[vid] == (ceilings[vid], eps.size)
+    # ... stored in at most one row per (block, epsilon), the bridged row written once (the first purchase at
+    # 0.45 stored every admitted value's point; the others found them stored).
+    blocks = ChainBlock.objects.filter(attribute=attribute).count()
+    assert blocks == 4
+    bridged = ChainPoint.objects.filter(attribute=attribute, epsilon=450_000)
+    assert bridged.count() == blocks and set(bridged.values_list("revision", flat=True)) == {0}
+    assert Purchase.objects.filter(epsilon=Decimal("0.45"), new_points__gt=0).count() == 1
 
 
 def test_concurrent_replays_of_one_key_charge_once(market_setup):
@@ -177,3 +193,37 @@ def test_a_purchase_waits_for_the_one_holding_its_budgets(market_setup):
     b = Purchase.objects.get(idempotency_key="b")
     assert set(LedgerEntry.objects.filter(purchase=b, value__budget__ceiling__gte=Decimal("0.8"))
                .values_list("chain_loss_before", "chain_loss_after")) == {(Decimal("0.8"), Decimal("0.8"))}
+
+
+def test_a_purchase_waits_for_the_attribute_chain_lock(market_setup):
+    """Deterministic interleaving: while another transaction (an extension, say) holds the attribute's chain
+    lock, a purchase that must store new points waits for it; then it reads the chains as they are and stores
+    its points once."""
+    attribute, values, buyers = market_setup
+    locked, released, done = threading.Event(), threading.Event(), threading.Event()
+
+    def holder():
+        with transaction.atomic():
+            chainstore.lock(attribute.id)
+            locked.set()
+            assert released.wait(30)
+
+    def buyer():
+        assert locked.wait(30)
+        p, _ = purchases.purchase_claim(buyer=buyers[0], attribute=attribute, epsilon="0.45", cohort=None,
+                                        idempotency_key="waits")
+        purchases.purchase_execute(purchase_id=p.id)
+        done.set()
+
+    def referee():
+        assert locked.wait(30)
+        assert not done.wait(1.5), "the purchase stored chain points while another transaction held the lock"
+        released.set()
+
+    assert run_concurrently([holder, buyer, referee]) == []
+    p = Purchase.objects.get(idempotency_key="waits")
+    assert (p.status, p.included, p.new_points) == ("completed", 45, 45)
+    assert ChainPoint.objects.filter(attribute=attribute, epsilon=450_000).count() == 4
+    for vid, (eps, _) in stored_chains(attribute).items():
+        assert np.count_nonzero(eps == 450_000) == (1 if BudgetAccount.objects.get(value_id=vid).ceiling >=
+                                                    Decimal("0.45") else 0)

@@ -38,10 +38,10 @@ from accounts.epsilon import to_micro
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry
 from market import quotes
 from market import chains, selectors
-from market.models import Holding, Purchase, PurchaseChunk
+from market.models import Holding, Purchase, PurchaseChunk, Value
 from market.pricing import DEFAULT_POLICY
 from market.purchases import CHUNK, purchase_claim
-from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_rows, contribute
+from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute
 from tests.workerproc import Broker, RowLock, wait_until
 
 pytestmark = [
@@ -100,6 +100,7 @@ def snapshot(attribute) -> dict:
     head = LedgerHead.objects.filter(shard=attribute.id).values_list("last_block_id", flat=True).first()
     return {
         "chains": chain_rows(attribute),
+        "heads": chain_heads(Value.objects.filter(attribute=attribute)),
         "budgets": list(BudgetAccount.objects.order_by("value_id").values_list()),
         "ledger": (LedgerEntry.objects.count(), LedgerBlock.objects.count(), head),
         "money": list(MoneyAccount.objects.order_by("id").values_list("id", "balance")),
@@ -201,13 +202,18 @@ def assert_completed_once(attribute, purchase, buyer, price: Decimal, before: di
     assert all(b.chain_loss + b.oneshot_loss <= b.ceiling for b in budgets)
     # chains: the stored points and their outputs untouched, the bridged point inserted at its place
     e = to_micro(EPSILON)
-    for vid, (eps_b, out_b, length, head, head_out, _) in chain_rows(attribute).items():
+    after = chain_rows(attribute)
+    assert after.keys() == before["chains"].keys()
+    for vid, (eps_b, out_b, length, head) in after.items():
         old_eps, old_out = chains.decode(*before["chains"][vid][:2], 1)
         new_eps, new_out = chains.decode(eps_b, out_b, 1)
         keep = new_eps != e
         assert (new_eps == e).sum() == 1 and length == old_eps.size + 1, f"chain {vid}"
         assert np.array_equal(new_eps[keep], old_eps) and np.array_equal(new_out[keep], old_out), f"chain {vid}"
-        assert (head, head_out) == before["chains"][vid][3:5], f"chain {vid}: head changed"
+        assert head == before["chains"][vid][3] and np.array_equal(new_out[-1], old_out[-1]), \
+            f"chain {vid}: head changed"
+    heads = chain_heads(Value.objects.filter(attribute=attribute))  # the blocks' heads too; one point more each
+    assert heads == {vid: (head, points + 1) for vid, (head, points) in before["heads"].items()}
     assert ledger.verify_chain() == []
 
 

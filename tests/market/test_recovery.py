@@ -12,6 +12,7 @@ import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+import numpy as np
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -21,12 +22,13 @@ from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
 from market import progress, selectors, sweeper
-from market.models import Chain, Purchase
+from market.models import Purchase, Value
 from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim
 from market.services import extension_lock_key
 from market.tasks import run_purchase
-from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund
+from tests.factories import (BuyerFactory, CategoricalAttributeFactory, chain_head, chain_heads, contribute, fund,
+                             replace_chain, stored_chains)
 from tests.workerproc import RowLock, wait_until
 
 LABELS = ["red", "green", "blue"]
@@ -177,7 +179,7 @@ def test_a_stranded_extension_is_sent_again_once_per_window(django_capture_on_co
         assert sweeper.sweep().extensions == []  # sent less than a window ago: not again
     assert len(sent) == 1
     sent[0]()  # the extension runs
-    heads = dict(Chain.objects.filter(value__attribute=attribute).values_list("value_id", "head"))
+    heads = {v: h for v, (h, _) in chain_heads(Value.objects.filter(attribute=attribute)).items()}
     assert {heads[v.id] for v in grown + early} == {Decimal("2.5")}
     assert {heads[v.id] for v in stuck} == {Decimal("2")}
     # nothing is left that could grow: no extension sent, whatever the window
@@ -188,7 +190,11 @@ def test_a_stranded_extension_is_sent_again_once_per_window(django_capture_on_co
 def test_chains_that_cannot_grow_are_not_stranded():
     attribute, values, _ = market(6)
     BudgetAccount.objects.filter(value__in=values[:3]).update(ceiling=Decimal("2.09"))  # below the next point
-    Chain.objects.filter(value__in=values[3:]).update(head=Decimal("10"))  # at the grid's end (its stop)
+    stored = stored_chains(attribute)
+    for v in values[3:]:  # a point at the grid's end (its stop): the head is there
+        eps, out = stored[v.id]
+        replace_chain(v, np.append(eps, 10_000_000), np.vstack([out, out[-1:]]))
+        assert chain_head(v) == (Decimal("10"), eps.size + 1)
     BudgetAccount.objects.filter(value__in=values[3:]).update(ceiling=Decimal("20"))
     assert sweeper.stranded_extensions(cutoff=later(3600)) == []
     BudgetAccount.objects.filter(value__in=values[:1]).update(ceiling=Decimal("2.1"))

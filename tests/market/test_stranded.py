@@ -29,7 +29,7 @@ from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
 from market import quotes
 from market import selectors, tasks
-from market.models import Chain, Holding, Purchase
+from market.models import ChainBlock, Holding, Purchase
 from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_rows, contribute, fund
@@ -156,25 +156,32 @@ EXT_N, EXT_BATCH = 3000, 100
 OLD_HEAD, TARGET = Decimal("0.2"), Decimal("2.0")
 
 
-def test_an_extension_whose_worker_was_killed_is_resumed_by_beat(broker):
+def _grown(attribute) -> int:
+    """Chains whose head (in their block's ``heads``) is the target."""
+    return sum(int((np.frombuffer(bytes(h), "<i8") == 2_000_000).sum())
+               for h in ChainBlock.objects.filter(attribute=attribute).values_list("heads", flat=True))
+
+
+def test_an_extension_whose_worker_was_killed_is_resumed_by_beat(broker, settings):
+    settings.LDP_CHAIN_BLOCK = EXT_BATCH  # blocks of 100: the workers' batches are one block each
     attribute = CategoricalAttributeFactory(labels=LABELS)
     values = contribute(attribute, (LABELS * EXT_N)[:EXT_N], ceiling=str(OLD_HEAD))
     before = chain_rows(attribute)
     BudgetAccount.objects.filter(value__attribute=attribute).update(ceiling=TARGET)
-    first = broker.start(LDP_EXTENSION_BATCH=EXT_BATCH)
-    middle = values[EXT_N // 2 + EXT_BATCH // 2].id
-    # the extension stops half-way through the batch holding this chain (its earlier batches committed), waiting
-    # for it, and is killed there
-    with RowLock(f"SELECT value_id FROM {Chain._meta.db_table} WHERE value_id = %s FOR UPDATE", [middle]):
+    first = broker.start(LDP_EXTENSION_BATCH=EXT_BATCH, LDP_CHAIN_BLOCK=EXT_BATCH)
+    middle = values[EXT_N // 2 + EXT_BATCH // 2].block_id
+    # the extension stops half-way, in the batch of this block (its earlier batches committed), waiting for the
+    # block's row to write its heads and points, and is killed there
+    with RowLock(f"SELECT id FROM {ChainBlock._meta.db_table} WHERE id = %s FOR UPDATE", [middle]):
         broker.send(tasks.extend_chains.name, attribute.id)
         killed = wait_until(lambda: first.backends(waiting_for_lock=True), 60, message=first.log)
         first.kill_group()
         wait_gone(first, killed)
-    done = Chain.objects.filter(value__attribute=attribute, head=TARGET).count()
-    assert 0 < done < EXT_N and done % EXT_BATCH == 0, done
+    done = _grown(attribute)
+    assert done == EXT_N // 2, done
     # a worker with beat; nobody sends anything
-    second = broker.start(beat=True, LDP_EXTENSION_BATCH=EXT_BATCH, **SWEEPER)
-    wait_until(lambda: Chain.objects.filter(value__attribute=attribute, head=TARGET).count() == EXT_N, 60,
+    second = broker.start(beat=True, LDP_EXTENSION_BATCH=EXT_BATCH, LDP_CHAIN_BLOCK=EXT_BATCH, **SWEEPER)
+    wait_until(lambda: _grown(attribute) == EXT_N, 60,
                interval=0.2, message=lambda: f"the extension was not resumed:\n{second.log()}")
     after = chain_rows(attribute)
     for vid, row in after.items():  # the stored prefix kept, grown along the grid to the target

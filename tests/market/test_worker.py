@@ -7,7 +7,8 @@ nothing from anyone else; what the service path enqueues on commit is sent there
 data (``transaction=True``) so the worker sees it, and always stop their workers and drop their namespace.
 
 Fault tests (docs/quality-targets.md#reliability): the worker is SIGKILLed in the middle of an extension that
-runs in many small batches (``LDP_EXTENSION_BATCH``), after some batches have committed.
+runs in many small batches (``LDP_EXTENSION_BATCH``, of whole chain blocks: ``LDP_CHAIN_BLOCK``), after some
+batches have committed.
 """
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
 from accounts.services import budget_set_ceiling
 from market import tasks
-from market.models import Chain
+from market.models import ChainBlock, ChainPoint, Value
 from market.services import chains_extend
-from tests.factories import CategoricalAttributeFactory, chain_rows, contribute
+from tests.factories import CategoricalAttributeFactory, chain_heads, chain_rows, contribute
 from tests.market.stats import ALPHA, chi_square, pair_laws, table
 from tests.workerproc import Broker, wait_until
 
@@ -55,7 +57,16 @@ def send_extension(broker, attribute_id: int) -> None:
 
 
 def extended_count(attribute, head) -> int:
-    return Chain.objects.filter(value__attribute=attribute, head=head).count()
+    """Chains of the attribute whose head (in their block's ``heads``) is ``head``."""
+    micro = to_micro(head)
+    return sum(int((np.frombuffer(bytes(h), "<i8") == micro).sum())
+               for h in ChainBlock.objects.filter(attribute=attribute).values_list("heads", flat=True))
+
+
+def at_rest(attribute) -> list[tuple]:
+    """The stored point rows themselves (a row sealed again has new bytes, a row updated a new revision)."""
+    return [(b, e, bytes(p), bytes(s), r) for b, e, p, s, r in ChainPoint.objects.filter(attribute=attribute)
+            .order_by("block_id", "epsilon").values_list("block_id", "epsilon", "present", "sealed", "revision")]
 
 
 def test_a_real_worker_extends_chains_enqueued_on_commit(broker):
@@ -69,7 +80,7 @@ def test_a_real_worker_extends_chains_enqueued_on_commit(broker):
     BudgetAccount.objects.filter(value__in=values).update(ceiling=D("1.25"))
     send_extension(broker, attribute.id)
     wait_until(lambda: extended_count(attribute, D("1.2")) == 300, 60, message=worker.log)
-    before = chain_rows(attribute)
+    before, stored = chain_rows(attribute), at_rest(attribute)
     assert {np.frombuffer(r[0], "<i8").tolist() == list(range(100_000, 1_200_001, 100_000))
             for r in before.values()} == {True}
     # idempotent on the worker too: a second task changes nothing
@@ -81,7 +92,7 @@ def test_a_real_worker_extends_chains_enqueued_on_commit(broker):
 
     wait_until(lambda: len(results()) >= 3, 60, message=worker.log)
     assert results() == ["1", "300", "0"]
-    assert chain_rows(attribute) == before
+    assert chain_rows(attribute) == before and at_rest(attribute) == stored
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,8 +106,13 @@ OLD_EPS = [100_000, 200_000]
 TARGET_EPS = list(range(100_000, 4_000_001, 100_000))
 
 
+#: The workers' settings: batches of one block of BATCH values.
+SMALL_BATCHES = {"LDP_EXTENSION_BATCH": BATCH, "LDP_CHAIN_BLOCK": BATCH}
+
+
 @pytest.fixture
-def big(transactional_db):
+def big(transactional_db, settings):
+    settings.LDP_CHAIN_BLOCK = BATCH  # 90 blocks of 100 values
     attribute = CategoricalAttributeFactory()
     raws = ["red", "green", "blue"] * (N_VALUES // 3)
     values = contribute(attribute, raws, ceiling=str(OLD_HEAD))
@@ -119,18 +135,20 @@ def kill_when_some_batches_committed(worker, attribute, kill) -> int:
 
 
 def assert_each_chain_old_or_complete(attribute, snapshot) -> dict[str, int]:
-    """Every chain is either byte-identical to before the extension or fully extended on top of it."""
+    """Every chain is either identical to before the extension or fully extended on top of it, and its block's
+    head for it is its highest stored point."""
     kinds = {"old": 0, "complete": 0}
-    for vid, (eps_b, out_b, length, head, head_out, _) in chain_rows(attribute).items():
+    heads = chain_heads(Value.objects.filter(attribute=attribute))
+    for vid, (eps_b, out_b, length, head) in chain_rows(attribute).items():
         old = snapshot[vid]
-        if (eps_b, out_b, length, head, head_out) == old[:5]:
+        assert heads[vid] == (from_micro(head), length), f"chain {vid}: its head is not its last point"
+        if (eps_b, out_b, length, head) == old:
             kinds["old"] += 1
             continue
         eps = np.frombuffer(eps_b, "<i8").tolist()
         out = np.frombuffer(out_b, "<i2")
-        assert eps == TARGET_EPS and length == len(TARGET_EPS) and head == TARGET, f"chain {vid} is partial"
+        assert eps == TARGET_EPS and length == len(TARGET_EPS) and head == to_micro(TARGET), f"chain {vid} is partial"
         assert out.size == length and out_b[:len(old[1])] == old[1], f"chain {vid} lost its stored prefix"
-        assert head_out == out[-1:].tobytes(), f"chain {vid}: head output is not the last output"
         kinds["complete"] += 1
     return kinds
 
@@ -149,7 +167,7 @@ def assert_law_unchanged(attribute, truth) -> None:
 
 def test_a_killed_worker_leaves_no_partial_chain_and_a_new_worker_completes(broker, big):
     attribute, truth, snapshot = big
-    first = broker.start(LDP_EXTENSION_BATCH=BATCH)
+    first = broker.start(**SMALL_BATCHES)
     send_extension(broker, attribute.id)
     done = kill_when_some_batches_committed(first, attribute, first.kill_group)
     wait_until(lambda: first.sessions() == 0, 30, message=lambda: "the killed worker's sessions linger")
@@ -158,7 +176,7 @@ def test_a_killed_worker_leaves_no_partial_chain_and_a_new_worker_completes(brok
     assert 0 < kinds["complete"] < N_VALUES, f"the kill was not in the middle of the extension: {kinds}"
     # a new worker; the killed one never acknowledged its task, so it is sent again (Redis would redeliver it
     # only after the broker's visibility timeout)
-    second = broker.start(LDP_EXTENSION_BATCH=BATCH)
+    second = broker.start(**SMALL_BATCHES)
     send_extension(broker, attribute.id)
     wait_until(lambda: extended_count(attribute, TARGET) == N_VALUES, 120, interval=0.2, message=second.log)
     assert assert_each_chain_old_or_complete(attribute, snapshot) == {"old": 0, "complete": N_VALUES}
@@ -171,7 +189,7 @@ def test_a_killed_worker_leaves_no_partial_chain_and_a_new_worker_completes(brok
 def test_a_pool_process_killed_mid_task_is_redelivered_and_completes(broker, big):
     """acks_late + reject_on_worker_lost: the main process sees its child die and puts the task back."""
     attribute, truth, snapshot = big
-    worker = broker.start(LDP_EXTENSION_BATCH=BATCH)
+    worker = broker.start(**SMALL_BATCHES)
     send_extension(broker, attribute.id)
     [child] = worker.children()
 

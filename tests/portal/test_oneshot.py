@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from market.models import Purchase, Value
+from market.models import ChainBlock, ChainPoint, Purchase, Value
 from market.pricing import DEFAULT_POLICY
 from portal.forms import FIELDS_UP_TO, ContributeForm
 from portal.selectors import open_raw, pum_tag
@@ -70,7 +70,10 @@ def test_a_ternary_value_is_one_of_three_labelled_states(owner_client, owner):
     value = Value.objects.get(owner=owner, attribute=attribute)
     assert response.status_code == 302 and response["Location"] == f"/portal/values/{value.id}/"
     assert open_raw(value) == "daily"
-    assert not hasattr(value, "chain") or not Value.objects.filter(id=value.id, chain__isnull=False).exists()
+    # a one-shot value has no chain: no slot in a chain block, and its attribute has no chain block nor point
+    assert (value.block_id, value.slot) == (None, None)
+    assert not ChainBlock.objects.filter(attribute=attribute).exists()
+    assert not ChainPoint.objects.filter(attribute=attribute).exists()
 
 
 def test_a_graph_value_takes_a_weight_per_item_and_leaves_empty_items_without_an_edge(owner):

@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
 from ldpmarket.money import format_money
-from market.models import Chain, Value
+from market.models import Value
 from market.pricing import DEFAULT_POLICY
-from tests.factories import BinaryAttributeFactory, NumericAttributeFactory, StringAttributeFactory
+from tests.factories import (BinaryAttributeFactory, NumericAttributeFactory, StringAttributeFactory,
+                             chain_head)
 from tests.portal.conftest import contribute_one, purchase
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +142,7 @@ def test_contributing_a_value_with_a_fixed_ceiling(owner_client, owner, attribut
     value = Value.objects.get(owner=owner, attribute=target)
     assert response.status_code == 302 and response["Location"] == f"/portal/values/{value.id}/"
     assert budget(value).ceiling == D("0.7") and not budget(value).scheduled
-    assert Chain.objects.get(value=value).head == D("0.7")
+    assert chain_head(value) == (D("0.7"), 7)  # its slot's points 0.1 ... 0.7
     page = text(owner_client.get(response["Location"]))
     assert raw in page and "now offered for sale" in page
 
@@ -204,7 +205,7 @@ def test_raising_the_ceiling_grows_the_chain(owner_client, value, django_capture
         response = owner_client.post(f"/portal/values/{value.id}/ceiling/", {"ceiling": "3.5"})
     assert len(callbacks) == 1  # the extension task, enqueued on commit
     assert response.status_code == 302
-    assert budget(value).ceiling == D("3.5") and Chain.objects.get(value=value).head == D("3.5")
+    assert budget(value).ceiling == D("3.5") and chain_head(value) == (D("3.5"), 35)
     assert "The ceiling is now ε 3.5" in text(owner_client.get(response["Location"]))
 
 
