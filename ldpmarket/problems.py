@@ -221,6 +221,17 @@ class PurchaseConflict(PurchaseError):
     retry_after = 1
 
 
+class ChainConflict(PurchaseConflict):
+    """A chain point or block changed since it was read: a second writer of an attribute's chains without its
+    chain lock (docs/architecture.md#chains-in-blocks).  Nothing of the transaction is kept; retrying reads the
+    new state."""
+
+    status = 503
+    slug = "chain-conflict"
+    title = "Chains changed meanwhile"
+    retry_after = 1
+
+
 class ParameterError(PurchaseError):
     """A request whose mechanism parameters do not fit the attribute (400); ``field`` names the culprit."""
 

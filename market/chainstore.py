@@ -24,18 +24,13 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from ldpmarket.problems import PurchaseConflict
+from ldpmarket.problems import ChainConflict
 
 from . import chainsets, sealing
 from .models import Attribute, ChainBlock, ChainPoint
 
 HEAD = np.dtype("<i8")
 OUT = np.dtype("<i2")
-
-
-class ChainConflict(PurchaseConflict):
-    """A chain point or block changed since it was read (a second writer without the chain lock); nothing of
-    this transaction is kept, and running it again reads the new state."""
 
 
 def lock(attribute_id: int) -> None:

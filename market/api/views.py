@@ -52,7 +52,7 @@ from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, Idempote
                            QuoteThrottle, UserThrottle)
 from ldpmarket.openapi import problems
 from ldpmarket.problems import (IdempotencyConflict, InFlight, InsufficientCredit, NothingToSell, NotForSale,
-                                ParameterError, PriceChanged, PurchaseConflict, PurchaseError, QuoteInvalid,
+                                ChainConflict, ParameterError, PriceChanged, PurchaseConflict, PurchaseError, QuoteInvalid,
                                 TooFewRespondents)
 from market import domain, estimates, oneshot_specs, pipeline, quotes, selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
@@ -258,7 +258,7 @@ OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
 #: What creating a purchase or a survey may answer besides 401, 403 and 429.
 CREATE_PROBLEMS = (400, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
                    ParameterError, TooFewRespondents, InsufficientCredit, IdempotencyConflict,
-                   PriceChanged, InFlight, NotForSale, PurchaseConflict)
+                   PriceChanged, InFlight, NotForSale, PurchaseConflict, ChainConflict)
 
 
 @extend_schema_view(
