@@ -20,7 +20,7 @@ from django.db import InterfaceError, OperationalError
 
 from accounts.checkpoints import checkpoint_make
 from accounts.services import schedules_advance
-from ldpmarket.problems import PurchaseConflict, PurchaseError
+from ldpmarket.problems import ChainConflict, PurchaseConflict, PurchaseError
 
 from .models import Purchase
 from .pipeline import purchase_run
@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": True, "max_retries": 5}
 
 
-@shared_task(time_limit=60 * 60, soft_time_limit=55 * 60, ignore_result=True, **RETRY)
+@shared_task(time_limit=60 * 60, soft_time_limit=55 * 60, ignore_result=True,
+             **{**RETRY, "autoretry_for": RETRY["autoretry_for"] + (ChainConflict,)})
 def extend_chains(attribute_id: int, value_ids: list[int] | None = None) -> int:
     return chains_extend(attribute_id=attribute_id, value_ids=value_ids)
 
