@@ -1,4 +1,4 @@
-"""The PostgreSQL plumbing the database benchmarks (E2, E3, E4) share: a server, a database of their own, Django.
+"""The PostgreSQL plumbing the database benchmarks (E2, E3, E4, E5) share: a server, a database of their own, Django.
 
 Each benchmark creates its own database on the server named by its environment variable (or ``DATABASE_URL``,
 default ``postgresql://postgres@127.0.0.1:5432/``), migrates it, and drops it at the end.
@@ -72,19 +72,69 @@ def checkpoint() -> None:
         pass
 
 
-def restore_chains(snapshot: str) -> None:
-    """Chains back to the copy in ``snapshot`` (a fresh table) and every ``chain_loss`` back to 0, vacuumed and
-    checkpointed: each timed purchase starts from the same state (E3, E5)."""
+#: The chain tables a snapshot copies (``snapshot_chains``) and ``restore_chains`` puts back.
+CHAIN_POINT_COLUMNS = "id, block_id, attribute_id, epsilon, present, sealed, revision"
+
+
+def snapshot_chains(snapshot: str) -> None:
+    """Copy every chain as it is now into two plain tables, ``<snapshot>_points`` (the ``market_chainpoint`` rows)
+    and ``<snapshot>_blocks`` (each ``market_chainblock``'s id, heads and revision), for ``restore_chains``."""
     from django.db import connection, transaction
 
     with transaction.atomic(), connection.cursor() as c:
-        c.execute("TRUNCATE market_chain")
-        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
-        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {snapshot} ORDER BY value_id")
-        c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
+        c.execute(f"DROP TABLE IF EXISTS {snapshot}_points, {snapshot}_blocks")
+        c.execute(f"CREATE TABLE {snapshot}_points AS SELECT {CHAIN_POINT_COLUMNS} FROM market_chainpoint "
+                  f"ORDER BY block_id, epsilon")
+        c.execute(f"CREATE TABLE {snapshot}_blocks AS SELECT id, heads, revision FROM market_chainblock ORDER BY id")
+
+
+def restore_chains(snapshot: str, *, budgets: bool = True) -> None:
+    """Chains back to the copy ``snapshot_chains(snapshot)`` took (``market_chainpoint`` emptied and re-filled,
+    each ``market_chainblock``'s heads and revision put back) and, with ``budgets``, every ``chain_loss`` back to
+    0; vacuumed and checkpointed: each timed run starts from the same state (E2, E3, E5)."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("TRUNCATE market_chainpoint")
+        c.execute(f"INSERT INTO market_chainpoint ({CHAIN_POINT_COLUMNS}) SELECT {CHAIN_POINT_COLUMNS} "
+                  f"FROM {snapshot}_points ORDER BY block_id, epsilon")
+        c.execute(f"UPDATE market_chainblock b SET heads = s.heads, revision = s.revision FROM {snapshot}_blocks s "
+                  f"WHERE s.id = b.id AND (b.heads <> s.heads OR b.revision <> s.revision)")
+        c.execute("SELECT setval(pg_get_serial_sequence('market_chainpoint', 'id'), "
+                  "coalesce((SELECT max(id) FROM market_chainpoint), 0) + 1, false)")
+        if budgets:
+            c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
+    tables = "market_chainpoint, market_chainblock" + (
+        ", accounts_budgetaccount, accounts_moneyaccount, market_holding" if budgets else "")
     with connection.cursor() as c:
-        c.execute("VACUUM ANALYZE market_chain, accounts_budgetaccount, accounts_moneyaccount, market_holding")
+        c.execute(f"VACUUM ANALYZE {tables}")
     checkpoint()
+
+
+def chain_stats(attribute_id: int | None = None) -> dict:
+    """The stored chains' shape, from the blocks' heads and the points' bitmaps (nothing opened): per used slot,
+    the fewest and most points and the lowest and highest head (micro-epsilons); and the block count."""
+    import numpy as np
+
+    from market import chainstore
+    from market.models import ChainBlock
+
+    blocks = ChainBlock.objects.all()
+    if attribute_id is not None:
+        blocks = blocks.filter(attribute_id=attribute_id)
+    sizes = dict(blocks.values_list("id", "size"))
+    points, heads = [], []
+    ids = sorted(sizes)
+    for k in range(0, len(ids), 256):
+        for bid, block in chainstore.read(ids[k:k + 256]).items():
+            size = sizes[bid]
+            points.append(block.present[:, :size].sum(axis=0))
+            heads.append(block.heads[:size])
+    points = np.concatenate(points) if points else np.zeros(0, dtype=np.int64)
+    heads = np.concatenate(heads) if heads else np.zeros(0, dtype=np.int64)
+    return {"blocks": len(ids), "values": int(points.size),
+            "points": (int(points.min()), int(points.max())) if points.size else (0, 0),
+            "heads": (int(heads.min()), int(heads.max())) if heads.size else (0, 0)}
 
 
 def funded_buyer(username: str, credit):

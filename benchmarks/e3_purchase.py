@@ -5,7 +5,8 @@ One purchase of every value of a categorical attribute (m = 5) at epsilon
 ``market.purchases.purchase_claim`` then ``purchase_execute``, timed together
 from outside (the service code is not touched).  Every chain stores the grid
 points 0.1, 0.2, ..., 1.0 (the ceiling), so each value is **bridged** between
-0.3 and 0.4 and the new point is written back into its chain; the purchase
+0.3 and 0.4 and the new point is written back into its chain (chains in blocks,
+docs/architecture.md#chains-in-blocks: one new sealed point row per block); the purchase
 also raises every budget's ``chain_loss``, appends one ledger block of n
 entries, records n holdings, pays n owners (owner earnings + platform fee,
 default price policy: 0.0035 per value) and stores the outputs.
@@ -20,7 +21,7 @@ timed with its commit.  Targets: purchase >= 20% of the limit's rows/s, and
 time per value linear in n (the per-value time at 10^6 within 1.5x of 10^4's).
 
 Also printed, as a reference bound (not a target), in the same rounds: the
-rows this design's purchase must write -- chains one step longer, budgets,
+rows this design's purchase must write -- one chain point row per block, budgets,
 one ledger entry per value, holdings, n owners' balances and money entries,
 the outputs -- written by set-based SQL alone (``_time_writes_alone``: no read
 into Python, no locks taken beforehand, no hashing, the deferred foreign-key
@@ -31,21 +32,22 @@ that writes these rows under these constraints; the SQL writes as a whole are
 a reference, not a bound (the service inserts by binary COPY, which may beat
 ``INSERT ... SELECT``).
 
-Before each timed run the chains and budgets are reset to the same state (a
-fresh copy of the chain table, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
+Before each timed run the chains and budgets are reset to the same state
+(``market_chainpoint`` re-filled from a snapshot, the blocks' heads and
+revisions put back, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
 ``CHECKPOINT``) and a new buyer with enough credit is created, so every round
 does the same work (no upgrade credit, every value bridged).  Owners' earnings
 accounts and the platform account exist beforehand (owners who sold before).
 
 Where the time goes: the timed runs wrap the functions ``purchase_execute``
-calls (``candidates``, ``ChainSet.from_blobs``, ``chainsets.at``, ...) with
+calls (``candidates``, ``chainstore.neighbours``, ``chainsets.at``, ...) with
 ``perf_counter`` probes (outermost calls only; the gaps between them are named
 after the inline code there: the chain read, the budget update); plus one
 extra untimed run under ``cProfile`` (at ``E3_PROFILE_N``, default 10^5)
 listing the functions with the most own time.
 
-Set-up (untimed) reuses ``benchmarks.e2_extension``: values, budgets and
-one-step chains by COPY, then the Celery task ``extend_chains`` grows every
+Set-up (untimed) reuses ``benchmarks.e2_extension``: values, budgets, chain
+blocks and their first sealed point rows (0.1) by COPY, then the Celery task ``extend_chains`` grows every
 chain to the ceiling 1.0.  Uses a dedicated database ``ldpbench_e3`` (created,
 migrated and dropped at the end) on the server of ``E3_POSTGRES_URL``,
 ``E2_POSTGRES_URL`` or ``DATABASE_URL`` (default postgresql://postgres@127.0.0.1:5432/).
@@ -66,9 +68,18 @@ import time
 from decimal import Decimal
 from urllib.parse import urlsplit
 
-
 from . import _common
-from ._postgres import admin, checkpoint, funded_buyer, restore_chains, server_url, setup_django, with_db
+from ._postgres import (
+    admin,
+    chain_stats,
+    checkpoint,
+    funded_buyer,
+    restore_chains,
+    server_url,
+    setup_django,
+    snapshot_chains,
+    with_db,
+)
 
 NAME = "e3_purchase"
 DB_NAME = "ldpbench_e3"
@@ -99,22 +110,17 @@ def _setup(n: int) -> int:
 
     from . import e2_extension as e2
 
-    attribute_id = e2._make_values(n)  # n owners, values (inputs sealed), budgets (ceiling 1.0), 1-step chains
-    with transaction.atomic(), connection.cursor() as c:
-        columns = "value_id, epsilons, outputs, length, head, head_output, updated_at"
-        c.execute("TRUNCATE market_chain")
-        c.execute(f"INSERT INTO market_chain ({columns}) SELECT {columns} FROM {e2.INITIAL_TABLE} "
-                  f"ORDER BY value_id")
+    # n owners, values (inputs sealed), budgets (ceiling 1.0), chain blocks with one sealed point row each at 0.1
+    attribute_id = e2._make_values(n)
     extended = extend_chains.apply(args=[attribute_id]).get()
     if extended != n:
         raise RuntimeError(f"extend_chains extended {extended} values, expected {n}")
+    snapshot_chains(FULL_CHAINS)
+    stats = chain_stats(attribute_id)
+    ceiling = int(Decimal(CEILING) * 1_000_000)
+    if stats["values"] != n or stats["points"] != (GRID_POINTS, GRID_POINTS) or stats["heads"] != (ceiling, ceiling):
+        raise RuntimeError(f"chains after set-up: {stats}")
     with transaction.atomic(), connection.cursor() as c:
-        c.execute(f"DROP TABLE IF EXISTS {FULL_CHAINS}")
-        c.execute(f"CREATE TABLE {FULL_CHAINS} AS SELECT * FROM market_chain ORDER BY value_id")
-        c.execute("SELECT min(length), max(length), min(head), max(head) FROM market_chain")
-        lo, hi, head_lo, head_hi = c.fetchone()
-        if (lo, hi) != (GRID_POINTS, GRID_POINTS) or head_lo != head_hi or head_lo != Decimal(CEILING):
-            raise RuntimeError(f"chains after set-up: lengths {lo}..{hi}, heads {head_lo}..{head_hi}")
         # Owners who sold before: their earnings accounts and the platform's exist.
         c.execute("DELETE FROM accounts_moneyaccount WHERE NOT EXISTS "
                   "(SELECT 1 FROM accounts_moneyentry e WHERE e.account_id = accounts_moneyaccount.id)")
@@ -128,7 +134,8 @@ def _setup(n: int) -> int:
 
 
 def _reset() -> None:
-    """Chains back to 0.1 .. 1.0 (a fresh table) and chain_loss back to 0: every timed run starts alike."""
+    """Chains back to 0.1 .. 1.0 (chain points re-filled from the snapshot, block heads and revisions put back)
+    and chain_loss back to 0: every timed run starts alike."""
     restore_chains(FULL_CHAINS)
 
 
@@ -168,8 +175,9 @@ OWNER_SHARE = PRICE * Decimal("0.8")
 def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
     """The rows a purchase of the n values must write, written by plain set-based SQL (a reference).
 
-    One transaction: the limit's budget UPDATE; every chain row rewritten one step longer (8 + 2 bytes, as the
-    bridge adds); one ledger block and n ledger entries; n holdings; n owners' balances raised and n money
+    One transaction: the limit's budget UPDATE; one new chain point row per block at e (bitmap and sealed
+    outputs of the size of the block's head row, as the bridge adds: ``chainstore.store``); one ledger block
+    and n ledger entries; n holdings; n owners' balances raised and n money
     entries (plus the buyer's and the platform's); the outputs in chunks of ``market.purchases.CHUNK`` -- each an
     ``INSERT ... SELECT`` or ``UPDATE ... FROM`` over the attribute's values.  Nothing is read into Python,
     locked beforehand, hashed or computed.  The deferred foreign-key checks run (``SET CONSTRAINTS ALL
@@ -179,6 +187,7 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
     The checks alone are a bound on any implementation of these rows: the server checks each inserted row's
     foreign keys once, however the client inserts it (``INSERT ... SELECT`` here, binary COPY in the service).
     """
+    from django.conf import settings
     from django.db import connection, transaction
 
     from market.models import Attribute, Purchase
@@ -194,10 +203,13 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             purchase = Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=Decimal(EPSILON),
                                                idempotency_key=f"e3-floor-{buyer.id}", request_hash="-")
             p = {"a": attribute_id, "e": Decimal(EPSILON), "buyer": buyer.id, "purchase": purchase.id,
-                 "share": OWNER_SHARE, "chunk": CHUNK}
-            c.execute("UPDATE market_chain c SET epsilons = c.epsilons || '\\x0000000000000000'::bytea, "
-                      "outputs = c.outputs || '\\x0000'::bytea, length = c.length + 1, updated_at = now() "
-                      f"FROM ({values}) v WHERE c.value_id = v.id", p)
+                 "share": OWNER_SHARE, "chunk": CHUNK, "e_micro": int(Decimal(EPSILON) * 1_000_000),
+                 "head": int(Decimal(CEILING) * 1_000_000)}
+            # one new sealed point row per block at e (the size of the head row's: as many slots, as many bytes)
+            c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision) "
+                      "SELECT h.block_id, h.attribute_id, %(e_micro)s, h.present, h.sealed, 0 "
+                      "FROM market_chainpoint h JOIN market_chainblock b ON b.id = h.block_id "
+                      "WHERE b.attribute_id = %(a)s AND h.epsilon = %(head)s", p)
             chains = c.rowcount
             c.execute("UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, %(e)s), updated_at = now() "
                       "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %(a)s)", p)
@@ -236,8 +248,10 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             checks = time.perf_counter()
             c.execute("SET CONSTRAINTS ALL IMMEDIATE")
             end = time.perf_counter()
-            if (chains, entries, owners) != (n, n, n):
-                raise RuntimeError(f"writes alone: {chains} chains, {entries} entries, {owners} owners; expected {n}")
+            blocks = -(-n // settings.LDP_CHAIN_BLOCK)
+            if (chains, entries, owners) != (blocks, n, n):
+                raise RuntimeError(f"writes alone: {chains} chain points, {entries} entries, {owners} owners; "
+                                   f"expected {blocks} points, {n} entries and owners")
             raise _RollBack(end - start, end - checks)
     except _RollBack as done:
         return done.seconds, done.fk_seconds
@@ -255,12 +269,14 @@ class _RollBack(Exception):
 #: (module, class or None, function, label): what purchase_execute calls, in the order it calls them.
 PROBES = [
     ("market.releases", None, "candidates", "lock + read budgets (candidates)"),
-    ("market.chainsets", "ChainSet", "from_blobs", "decode chains (ChainSet.from_blobs)"),
+    ("market.chainstore", None, "lock", "chain lock (chainstore.lock)"),
+    ("market.chainstore", None, "read", "read blocks + bitmaps (chainstore.read)"),
+    ("market.chainstore", None, "neighbours", "open neighbours of e (chainstore.neighbours)"),
     ("market.releases", None, "_inputs_for_extension", "inputs for extension"),
     ("market.chainsets", None, "at", "bridge (chainsets.at)"),
     ("market.releases", None, "held_epsilons", "holdings read (held_epsilons)"),
     ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
-    ("market.releases", None, "_write_chains", "write chains (_write_chains)"),
+    ("market.chainstore", None, "store", "seal + write points (chainstore.store)"),
     ("market.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
     ("market.releases", None, "_write_holdings", "write holdings (_write_holdings)"),
     ("market.purchases", None, "_move_money", "money movements (_move_money)"),
@@ -270,7 +286,6 @@ PROBES = [
 #: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
 GAPS = {
     "lock + read budgets (candidates)": "lock purchase row",
-    "decode chains (ChainSet.from_blobs)": "lock + read chains (inline ORM query)",
 }
 
 
@@ -463,6 +478,7 @@ def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cP
 
 def _check(attribute_id: int, n: int, purchase_id: int) -> None:
     """After a purchase: every budget at 0.35, every chain one point longer, one ledger entry per value."""
+    from django.conf import settings
     from django.db import connection
 
     with connection.cursor() as c:
@@ -470,8 +486,12 @@ def _check(attribute_id: int, n: int, purchase_id: int) -> None:
                   "JOIN market_value v ON v.id = b.value_id WHERE v.attribute_id = %s", [attribute_id])
         count, lo, hi = c.fetchone()
         assert count == n and lo == hi == Decimal(EPSILON), (count, lo, hi)
-        c.execute("SELECT min(length), max(length) FROM market_chain")
-        assert c.fetchone() == (GRID_POINTS + 1, GRID_POINTS + 1)
+        # every chain one point longer: one new row per block at e, every used slot present in it
+        c.execute("SELECT count(*), sum(bit_count(p.present)), sum(b.size) FROM market_chainpoint p "
+                  "JOIN market_chainblock b ON b.id = p.block_id WHERE b.attribute_id = %s AND p.epsilon = %s",
+                  [attribute_id, int(Decimal(EPSILON) * 1_000_000)])
+        rows, present, used = c.fetchone()
+        assert rows == -(-n // settings.LDP_CHAIN_BLOCK) and present == used == n, (rows, present, used)
         c.execute("SELECT count(*) FROM accounts_ledgerentry WHERE purchase_id = %s", [purchase_id])
         assert c.fetchone()[0] == n
         c.execute("SELECT count(*), sum(amount) FROM accounts_moneyentry WHERE purchase_id = %s", [purchase_id])
@@ -529,7 +549,8 @@ def _profile(attribute_id: int, n: int, top: int = 18) -> dict:
         rows.append({"function": f"{_short_path(filename)}:{line}({func})", "calls": nc, "tottime": tt,
                      "cumtime": ct})
     by_own = sorted(rows, key=lambda r: -r["tottime"])[:top]
-    wanted = ("purchases.py", "releases.py", "chainsets.py", "storage.py", "ledger.py", "pricing.py")
+    wanted = ("purchases.py", "releases.py", "chainsets.py", "chainstore.py", "sealing.py", "storage.py", "ledger.py",
+              "pricing.py")
     by_cum = sorted((r for r in rows if any(w in r["function"] for w in wanted)), key=lambda r: -r["cumtime"])[:top]
     return {"n": n, "seconds_under_profile": total, "top_own_time": by_own, "top_cumulative_in_service": by_cum,
             "deferred_fk_check_seconds": deferred.get("seconds"), "deferred_fk_constraints": constraints}
@@ -782,11 +803,12 @@ def main() -> dict:
                         "rng; a fresh buyer per run (no upgrade credit)",
             "limit": "UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, 0.35), updated_at = now() "
                      "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %s), with its commit",
-            "reference_writes_alone": "the purchase's rows written by set-based SQL in one transaction (chains "
-                                      "+10 bytes, budgets, ledger block and n entries, n holdings, n owners' "
+            "reference_writes_alone": "the purchase's rows written by set-based SQL in one transaction (one "
+                                      "chain point row per block, budgets, ledger block and n entries, n holdings, n owners' "
                                       "balances and entries, buyer and platform, output chunks), deferred FK "
                                       "checks forced, then rolled back (the commit's WAL flush not timed)",
-            "reset_before_each_timed_run": "market_chain re-filled from a snapshot, chain_loss = 0, VACUUM ANALYZE, "
+            "reset_before_each_timed_run": "market_chainpoint re-filled from a snapshot and market_chainblock heads and "
+                                           "revisions put back, chain_loss = 0, VACUUM ANALYZE, "
                                            "CHECKPOINT",
             "max_seconds": MAX_SECONDS,
         },

@@ -9,7 +9,8 @@ real Celery worker (``--concurrency 2``, prefork, Redis broker) runs them throug
 * **one after the other**: the first sent, awaited, then the second; the time until both are completed.
 
 Rounds are interleaved (at once, then one after the other, ...), and before each timed run the chains and budgets
-are reset to the same state (a fresh copy of the chain table, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
+are reset to the same state (``market_chainpoint`` re-filled from a snapshot, the chain blocks' heads and revisions
+put back, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
 ``CHECKPOINT``) and new buyers are made, so every run does the same work.  Target: the pair at once in <= 0.65x
 the sequential time (2 cores).  Also printed: each task's own run time as the worker logged it, so a lock that
 serialised the two shows as one task taking about twice as long as it does alone.
@@ -34,7 +35,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import _common
-from ._postgres import admin, funded_buyer, restore_chains, server_url, setup_django, with_db
+from ._postgres import (
+    admin,
+    chain_stats,
+    funded_buyer,
+    restore_chains,
+    server_url,
+    setup_django,
+    snapshot_chains,
+    with_db,
+)
 
 NAME = "e5_parallel"
 DB_NAME = "ldpbench_e5"
@@ -82,13 +92,13 @@ def _setup(n: int) -> list[int]:
     from accounts.models import MoneyAccount
 
     ids = [_attribute(f"E5 attribute {k}", n, seed=k) for k in (1, 2)]
+    snapshot_chains(FULL_CHAINS)  # market_chainpoint rows and the blocks' heads (benchmarks._postgres)
+    for attribute_id in ids:
+        stats = chain_stats(attribute_id)
+        head = int(CEILING * 1_000_000)
+        if stats["values"] != n or stats["points"] != (10, 10) or stats["heads"] != (head, head):
+            raise RuntimeError(f"chains after set-up: {stats}, expected {n} values with 10 points (0.1 .. 1.0)")
     with transaction.atomic(), connection.cursor() as c:
-        c.execute(f"DROP TABLE IF EXISTS {FULL_CHAINS}")
-        c.execute(f"CREATE TABLE {FULL_CHAINS} AS SELECT * FROM market_chain ORDER BY value_id")
-        c.execute("SELECT min(length), max(length) FROM market_chain")
-        lo, hi = c.fetchone()
-        if (lo, hi) != (10, 10):
-            raise RuntimeError(f"chains after set-up hold {lo}..{hi} points, expected 10 (0.1 .. 1.0)")
         c.execute("INSERT INTO accounts_moneyaccount (user_id, kind, balance) "
                   "SELECT id, %s, 0 FROM accounts_user WHERE role = 'owner' ON CONFLICT DO NOTHING",
                   [MoneyAccount.Kind.OWNER_EARNINGS])

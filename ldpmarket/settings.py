@@ -246,7 +246,7 @@ if REDIS_URL:
                          "OPTIONS": {"retry_after": env.float("LDP_CACHE_RETRY_SECONDS", default=5.0)}}
 
 # Chain extension: values per transaction (memory stays flat in the number of values).
-LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=20000)
+LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=65536)
 # Chains in blocks (docs/architecture.md#chains-in-blocks): values per chain block, for blocks created from now on.
 LDP_CHAIN_BLOCK = env.int("LDP_CHAIN_BLOCK", default=2048)
 

@@ -24,6 +24,7 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from ldpmarket import pgbinary, storage
 from ldpmarket.problems import ChainConflict
 
 from . import chainsets, sealing
@@ -100,30 +101,43 @@ def heads_of(blocks: dict[int, Block], block_ids: np.ndarray, slots: np.ndarray)
 
 
 def open_rows(attribute: Attribute, block: Block, rows) -> dict[int, np.ndarray]:
-    """The outputs of ``block``'s rows ``rows`` (indices into ``block.eps``): ``{row: (capacity, width)}``, one
-    AEAD call per row; ``ChainConflict`` if a row changed since ``block`` was read (its revision moved on)."""
-    rows = sorted({int(r) for r in rows})
-    if not rows:
+    """The outputs of ``block``'s rows ``rows`` (indices into ``block.eps``): ``{row: (capacity, width)}``."""
+    return {r: out for (_, r), out in open_many(attribute, [(block, rows)]).items()}
+
+
+def open_many(attribute: Attribute, wanted) -> dict[tuple[int, int], np.ndarray]:
+    """The outputs of several blocks' rows, ``wanted`` = ``[(block, rows), ...]``: ``{(block id, row): (capacity,
+    width)}``, read in one query and opened with one AEAD call per row; ``ChainConflict`` if a row changed since
+    its block was read (its revision moved on)."""
+    keys = [(block, int(r)) for block, rows in wanted for r in sorted({int(r) for r in rows})]
+    if not keys:
         return {}
     got = {pid: (sealed, rev) for pid, sealed, rev in ChainPoint.objects.filter(
-        id__in=[int(block.point_ids[r]) for r in rows]).values_list("id", "sealed", "revision")}
-    if any(got.get(int(block.point_ids[r]), (None, -1))[1] != int(block.point_revisions[r]) for r in rows):
-        raise ChainConflict(f"A chain point of block #{block.id} changed since it was read; retry.")
-    sealed = {pid: s for pid, (s, _) in got.items()}
-    return {r: sealing.open_points(sealed[int(block.point_ids[r])], attribute_id=attribute.id, block_id=block.id,
-                                   epsilon=int(block.eps[r]), present=bitmap(block.present[r]),
-                                   width=attribute.width).astype(np.int64)
-            for r in rows}
+        id__in=[int(b.point_ids[r]) for b, r in keys]).values_list("id", "sealed", "revision")}
+    out = {}
+    for block, r in keys:
+        sealed, revision = got.get(int(block.point_ids[r]), (None, -1))
+        if revision != int(block.point_revisions[r]):
+            raise ChainConflict(f"A chain point of block #{block.id} changed since it was read; retry.")
+        out[(block.id, r)] = sealing.open_points(sealed, attribute_id=attribute.id, block_id=block.id,
+                                                 epsilon=int(block.eps[r]), present=bitmap(block.present[r]),
+                                                 width=attribute.width).astype(np.int64)
+    return out
 
 
 def _by_block(block_ids: np.ndarray):
     """``(block id, item indices)`` for each distinct block among ``block_ids`` (one sort, no loop per item)."""
     block_ids = np.asarray(block_ids, dtype=np.int64)
-    order = np.argsort(block_ids, kind="stable")
-    distinct, starts = np.unique(block_ids[order], return_index=True)
+    if block_ids.size == 0:
+        return
+    if (np.diff(block_ids) >= 0).all():  # already grouped (extension's rows): no sort
+        order = np.arange(block_ids.size)
+    else:
+        order = np.argsort(block_ids, kind="stable")
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(block_ids[order])) + 1])
     bounds = np.append(starts, order.size)
-    for k, bid in enumerate(distinct.tolist()):
-        yield bid, order[bounds[k]:bounds[k + 1]]
+    for k in range(starts.size):
+        yield int(block_ids[order[starts[k]]]), order[bounds[k]:bounds[k + 1]]
 
 
 def neighbours(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray, slots: np.ndarray,
@@ -136,6 +150,7 @@ def neighbours(attribute: Attribute, blocks: dict[int, Block], block_ids: np.nda
     n, width = len(block_ids), attribute.width
     lo_eps, hi_eps = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     lo_out, hi_out = np.zeros((n, width), dtype=np.int64), np.zeros((n, width), dtype=np.int64)
+    found = []
     for bid, sel in _by_block(block_ids):
         block = blocks[bid]
         present = block.present[:, slots[sel]]  # (R, k)
@@ -153,12 +168,14 @@ def neighbours(attribute: Attribute, blocks: dict[int, Block], block_ids: np.nda
             hi[has] = hi_rows[np.argmax(p, axis=0)][has]
         stored = (lo >= 0) & (block.eps[np.maximum(lo, 0)] == e)
         hi[stored] = -1
-        opened = open_rows(attribute, block, np.concatenate([lo[lo >= 0], hi[hi >= 0]]))
+        found.append((block, sel, lo, hi))
+    opened = open_many(attribute, [(block, np.concatenate([lo[lo >= 0], hi[hi >= 0]])) for block, _, lo, hi in found])
+    for block, sel, lo, hi in found:
         for rows, eps, out in ((lo, lo_eps, lo_out), (hi, hi_eps, hi_out)):
             for r in np.unique(rows[rows >= 0]).tolist():
                 items = np.flatnonzero(rows == r)
                 eps[sel[items]] = block.eps[r]
-                out[sel[items]] = opened[r][slots[sel[items]]]
+                out[sel[items]] = opened[(block.id, r)][slots[sel[items]]]
     eps = np.stack([lo_eps, hi_eps], axis=1)
     keep = eps >= 0
     lengths = keep.sum(axis=1)
@@ -182,51 +199,68 @@ def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray,
     inserts, updates = [], []
     for bid, sel in _by_block(block_ids):
         block = blocks[bid]
-        for e in np.unique(eps[sel]).tolist():
-            items = sel[eps[sel] == e]
-            r = block.row(e)
-            if r >= 0:
-                if block.present[r, slots[items]].any():
-                    raise ChainConflict(f"A chain of block #{bid} already has a point at micro-epsilon {e}.")
-                out = open_rows(attribute, block, [r])[r]
-                present = block.present[r].copy()
+        distinct, which = np.unique(eps[sel], return_inverse=True)  # the block's new rows, all at once
+        rows = np.array([block.row(int(e)) for e in distinct.tolist()], dtype=np.int64)
+        at_row = rows[which]
+        old = at_row >= 0
+        if block.present[at_row[old], slots[sel][old]].any():
+            raise ChainConflict(f"A chain of block #{bid} already has a point where it is stored again.")
+        out = np.full((distinct.size, block.capacity, width), -1, dtype=np.int16)
+        present = np.zeros((distinct.size, block.capacity), dtype=bool)
+        existing = np.flatnonzero(rows >= 0)
+        if existing.size:
+            opened = open_rows(attribute, block, rows[existing])
+            for k in existing.tolist():
+                out[k], present[k] = opened[int(rows[k])], block.present[rows[k]]
+        out[which, slots[sel]] = outputs[sel]
+        present[which, slots[sel]] = True
+        bits = np.packbits(present, axis=1, bitorder="little")
+        for k, e in enumerate(distinct.tolist()):
+            row_bits = bits[k].tobytes()
+            sealed = sealing.seal_points(out[k], attribute_id=attribute.id, block_id=bid, epsilon=e, present=row_bits)
+            if rows[k] >= 0:
+                updates.append((row_bits, sealed, int(block.point_ids[rows[k]]), int(block.point_revisions[rows[k]])))
             else:
-                out = np.full((block.capacity, width), -1, dtype=np.int64)
-                present = np.zeros(block.capacity, dtype=bool)
-            out[slots[items]] = outputs[items]
-            present[slots[items]] = True
-            bits = bitmap(present)
-            sealed = sealing.seal_points(out, attribute_id=attribute.id, block_id=bid, epsilon=e, present=bits)
-            if r >= 0:
-                updates.append((bits, sealed, int(block.point_ids[r]), int(block.point_revisions[r])))
-            else:
-                inserts.append(ChainPoint(block_id=bid, attribute_id=attribute.id, epsilon=e, present=bits,
-                                          sealed=sealed))
+                inserts.append((bid, e, row_bits, sealed))
         top = np.zeros(block.capacity, dtype=np.int64)
         np.maximum.at(top, slots[sel], eps[sel])
         if (top > block.heads).any():
             block.heads = np.maximum(block.heads, top)
             block.heads_changed = True
-    _write(inserts, updates, [b for b in blocks.values() if b.heads_changed])
+    _write(attribute, inserts, updates, [b for b in blocks.values() if b.heads_changed])
     return len(inserts) + len(updates)
 
 
-def _write(inserts: list, updates: list, changed: list[Block]) -> None:
+def _write(attribute: Attribute, inserts: list, updates: list, changed: list[Block]) -> None:
+    """New rows by ``storage.write_columns`` (one binary COPY per row width on PostgreSQL), then the updated rows
+    and heads, each only at the revision read."""
     point, block = ChainPoint._meta.db_table, ChainBlock._meta.db_table
     try:
         with transaction.atomic():  # a savepoint: a refused write becomes ChainConflict, not a broken transaction
-            ChainPoint.objects.bulk_create(inserts, batch_size=500)
+            widths = sorted({(len(bits), len(sealed)) for _, _, bits, sealed in inserts})
+            for width in widths:
+                group = [r for r in inserts if (len(r[2]), len(r[3])) == width]
+                Col = pgbinary.Column
+                storage.write_columns(point, {
+                    "block_id": Col.int8([r[0] for r in group]),
+                    "attribute_id": Col.int8(np.full(len(group), attribute.id)),
+                    "epsilon": Col.int8([r[1] for r in group]),
+                    "present": Col(np.frombuffer(b"".join(r[2] for r in group), dtype=np.uint8).reshape(len(group), -1)),
+                    "sealed": Col(np.frombuffer(b"".join(r[3] for r in group), dtype=np.uint8).reshape(len(group), -1)),
+                    "revision": Col.int4(np.zeros(len(group)))}, len(group))
             with connection.cursor() as cur:
                 for bits, sealed, pid, rev in updates:
                     cur.execute(f"UPDATE {point} SET present = %s, sealed = %s, revision = revision + 1 "
                                 f"WHERE id = %s AND revision = %s", [bits, sealed, pid, rev])
                     if cur.rowcount != 1:
                         raise ChainConflict("A chain point changed since it was read; retry.")
-                for b in changed:
-                    cur.execute(f"UPDATE {block} SET heads = %s, revision = revision + 1 WHERE id = %s AND "
-                                f"revision = %s", [b.heads.astype(HEAD).tobytes(), b.id, b.revision])
-                    if cur.rowcount != 1:
+                if changed:  # one executemany (pipelined on PostgreSQL); its row count sums every statement's
+                    cur.executemany(f"UPDATE {block} SET heads = %s, revision = revision + 1 WHERE id = %s AND "
+                                    f"revision = %s", [[b.heads.astype(HEAD).tobytes(), b.id, b.revision]
+                                                       for b in changed])
+                    if cur.rowcount != len(changed):
                         raise ChainConflict("A chain block changed since it was read; retry.")
+                for b in changed:
                     b.revision += 1
                     b.heads_changed = False
     except IntegrityError:
@@ -289,16 +323,19 @@ def points_at(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndar
     head, say); one AEAD call per distinct (block, epsilon)."""
     eps = np.asarray(eps, dtype=np.int64)
     out = np.zeros((eps.size, attribute.width), dtype=np.int64)
+    found = []
     for bid, sel in _by_block(block_ids):
         block = blocks[bid]
         rows = np.searchsorted(block.eps, eps[sel])
         if (rows >= block.eps.size).any() or (block.eps[np.minimum(rows, block.eps.size - 1)] != eps[sel]).any() \
                 or not block.present[rows, slots[sel]].all():
             raise ChainConflict(f"A chain of block #{bid} has no point where its head says.")
-        opened = open_rows(attribute, block, rows)
+        found.append((block, sel, rows))
+    opened = open_many(attribute, [(block, rows) for block, _, rows in found])
+    for block, sel, rows in found:
         for r in np.unique(rows).tolist():
             items = sel[rows == r]
-            out[items] = opened[r][slots[items]]
+            out[items] = opened[(block.id, r)][slots[items]]
     return out
 
 

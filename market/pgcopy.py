@@ -29,14 +29,24 @@ def extension_rows(attribute: Attribute, block_ids, value_ids=None) -> dict[str,
     layout = [("value_id", ">i8"), ("owner_id", ">i8"), ("block_id", ">i8"), ("slot", ">i8"), ("ceiling", ">i8"),
               ("sealed", ("u1", (sealed_bytes,)))]
     only = " AND v.id = ANY(%(ids)s::bigint[])" if value_ids is not None else ""
-    query = (f"SELECT v.id, v.owner_id, v.block_id, v.slot::bigint, round(b.ceiling * {MICRO})::bigint, "
-             f"v.input_sealed FROM {Value._meta.db_table} v JOIN {BudgetAccount._meta.db_table} b "
-             f"ON b.value_id = v.id WHERE v.block_id = ANY(%(blocks)s::bigint[]) AND v.attribute_id = %(attribute)s "
-             f"AND v.input_sealed IS NOT NULL{only} ORDER BY v.block_id, v.slot")
+    value, budget = Value._meta.db_table, BudgetAccount._meta.db_table
     params = {"blocks": "{" + ",".join(str(int(b)) for b in block_ids) + "}", "attribute": attribute.id,
               "ids": "{" + ",".join(str(int(v)) for v in (value_ids or [])) + "}"}
+    # The budgets are read by a range of their key (the values' id range in these blocks): without it the
+    # planner hashes the whole budget table once per batch, quadratic in the number of values.
+    query = (f"SELECT v.id, v.owner_id, v.block_id, v.slot::bigint, round(b.ceiling * {MICRO})::bigint, "
+             f"v.input_sealed FROM {value} v JOIN {budget} b ON b.value_id = v.id "
+             f"WHERE v.block_id = ANY(%(blocks)s::bigint[]) AND v.attribute_id = %(attribute)s "
+             f"AND v.input_sealed IS NOT NULL{only} AND b.value_id BETWEEN %(lo)s AND %(hi)s")
     with connection.cursor() as wrapper:
+        # (OFFSET 0 fences the subquery: otherwise min/max walk the primary key from its end until a row of
+        # these blocks turns up, a scan of most of the table for the later batches)
+        wrapper.execute(f"SELECT min(id), max(id) FROM (SELECT id FROM {value} "
+                        f"WHERE block_id = ANY(%(blocks)s::bigint[]) OFFSET 0) s", params)
+        lo, hi = wrapper.fetchone()
+        params.update(lo=lo or 0, hi=hi or -1)
         rows = parse_rows(copy_out(wrapper.cursor, query, params), layout)
+    rows = rows[np.lexsort((rows["slot"], rows["block_id"]))]  # in (block, slot) order: sorted here, not in SQL
     out = {name: rows[name].astype(np.int64) for name in ("value_id", "owner_id", "block_id", "slot", "ceiling")}
     out["sealed"] = np.ascontiguousarray(rows["sealed"])
     return out

@@ -20,7 +20,7 @@ from accounts.services import BudgetError, Schedule, event_rows
 from ldpmarket import storage
 
 from . import chainstore, chains, domain, pgcopy, sealing
-from .models import Attribute, Value
+from .models import Attribute, ChainBlock, Value
 
 
 def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, ceiling=None,
@@ -179,10 +179,11 @@ def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int
         return 0
     batch_size = batch_size or settings.LDP_EXTENSION_BATCH
     grid = chains.Grid.of(attribute)
-    values = Value.objects.filter(attribute=attribute, block__isnull=False)
-    if value_ids is not None:
-        values = values.filter(id__in=list(value_ids))
-    blocks = sorted(set(values.values_list("block_id", flat=True).distinct()))
+    if value_ids is None:
+        blocks = list(ChainBlock.objects.filter(attribute=attribute).order_by("id").values_list("id", flat=True))
+    else:
+        blocks = sorted(set(Value.objects.filter(attribute=attribute, block__isnull=False, id__in=list(value_ids))
+                            .values_list("block_id", flat=True)))
     per_batch = max(1, batch_size // max(1, int(settings.LDP_CHAIN_BLOCK)))
     extended = 0
     for k in range(0, len(blocks), per_batch):
