@@ -103,7 +103,8 @@ def write_columns(table: str, columns: dict[str, pgbinary.Column], n: int) -> No
     if n == 0:
         return
     if has_binary_copy():
-        with connection.cursor() as cur:
+        # (the raw psycopg cursor's errors come out as Django's: a UNIQUE violation is an IntegrityError)
+        with connection.cursor() as cur, connection.wrap_database_errors:
             pgbinary.copy_columns(cur.cursor, table, columns, n)
         return
     insert_rows(table, list(columns), zip(*(col.values() for col in columns.values())))
