@@ -105,7 +105,7 @@ def restore_chains(snapshot: str, *, budgets: bool = True) -> None:
         if budgets:
             c.execute("UPDATE accounts_budgetaccount SET chain_loss = 0 WHERE chain_loss <> 0")
     tables = "market_chainpoint, market_chainblock" + (
-        ", accounts_budgetaccount, accounts_moneyaccount, market_holding" if budgets else "")
+        ", accounts_budgetaccount, accounts_moneyaccount" if budgets else "")
     with connection.cursor() as c:
         c.execute(f"VACUUM ANALYZE {tables}")
     checkpoint()

@@ -1,7 +1,7 @@
 """Admin console for the market's models (docs/budget-rules.md#the-audit; access rules in ``accounts.admin``).
 
 Datasets and attributes are curated by staff; values, chains, purchases,
-released outputs and holdings are read-only for everybody.  No page ever shows
+and released outputs are read-only for everybody (a buyer's holdings are derived from their purchases).  No page ever shows
 a sealed column: a value's raw datum is opened and shown on its page to staff
 only, and so are the outputs stored in a chain: those released are data buyers
 paid for (auditors read bookkeeping, never purchased data), the others were
@@ -23,7 +23,7 @@ from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, us
 from accounts.epsilon import MICRO, to_micro
 
 from . import chainstore, domain, sealing
-from .models import Attribute, Dataset, Holding, Purchase, PurchaseChunk, Value
+from .models import Attribute, Dataset, Purchase, PurchaseChunk, Value
 from .oneshot_specs import guarantee_label
 
 log = logging.getLogger("ldpmarket.audit")
@@ -276,18 +276,4 @@ class PurchaseChunkAdmin(ReadOnlyAdmin):
     def purchase_link(self, obj):
         return admin_link("market_purchase", obj.purchase_id)
 
-
-@admin.register(Holding)
-class HoldingAdmin(ReadOnlyAdmin):
-    list_display = ("id", "buyer", "value_link", "epsilon")
-    list_select_related = ("buyer",)
-    search_ids = ("value_id",)
-    search_users = ("buyer",)
-    ordering = ("-id",)
-    fields = ("id", "buyer", "value_link", "epsilon")
-    readonly_fields = ("id", "value_link")
-
-    @admin.display(description="value", ordering="value_id")
-    def value_link(self, obj):
-        return admin_link("market_value", obj.value_id)
 

@@ -18,7 +18,7 @@ from accounts.epsilon import MICRO, to_micro
 from accounts.models import BudgetAccount
 
 from . import pgcopy
-from .models import Attribute, Holding, Value
+from .models import Attribute, Purchase, PurchaseChunk, Value
 from .oneshot_specs import Spec
 
 
@@ -112,18 +112,28 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
         slots=np.fromiter((-1 if k is None else k for k in cols[9]), dtype=np.int64, count=n))
 
 
-def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The buyer's held epsilon (micro, 0 when none) and holding row id (-1) for each value: upgrade credit."""
-    rows = list(Holding.objects.filter(buyer_id=buyer_id, value__attribute=attribute).order_by("value_id")
-                .values_list("value_id", micro("epsilon"), "id"))
+def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> np.ndarray:
+    """The highest epsilon (micro, 0 when none) at which the buyer already bought each value: the basis of upgrade
+    credit (docs/budget-rules.md#chain-loss-the-maximum-released-epsilon).  Derived from the buyer's completed
+    chain purchases of the attribute, their epsilons and their released value ids (the output chunks): one
+    vectorized max over them, nothing written per value (docs/architecture.md#chains-in-blocks)."""
+    value_ids = np.asarray(value_ids, dtype=np.int64)
     held = np.zeros(value_ids.size, dtype=np.int64)
-    holding_ids = np.full(value_ids.size, -1, dtype=np.int64)
-    if rows:
-        ids, eps, hid = (np.array(c, dtype=np.int64) for c in zip(*rows))
-        pos = np.clip(np.searchsorted(ids, value_ids), 0, ids.size - 1)
-        hit = ids[pos] == value_ids
-        held[hit], holding_ids[hit] = eps[pos[hit]], hid[pos[hit]]
-    return held, holding_ids
+    rows = list(PurchaseChunk.objects.filter(
+        purchase__buyer_id=buyer_id, purchase__attribute=attribute, purchase__status=Purchase.Status.COMPLETED,
+        purchase__mechanism=Purchase.Mechanism.GRADUAL_RR).values_list(micro("purchase__epsilon"), "value_ids"))
+    if not rows or value_ids.size == 0:
+        return held
+    ids = np.concatenate([np.frombuffer(bytes(blob), dtype="<i8") for _, blob in rows]).astype(np.int64)
+    eps = np.concatenate([np.full(len(blob) // 8, e, dtype=np.int64) for e, blob in rows])
+    order = np.lexsort((eps, ids))  # by value, then epsilon: the last of each value is its highest
+    ids, eps = ids[order], eps[order]
+    last = np.append(ids[1:] != ids[:-1], True)
+    ids, eps = ids[last], eps[last]
+    pos = np.clip(np.searchsorted(ids, value_ids), 0, ids.size - 1)
+    hit = ids[pos] == value_ids
+    held[hit] = eps[pos[hit]]
+    return held
 
 
 @dataclass

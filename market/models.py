@@ -405,20 +405,3 @@ class PurchaseChunk(models.Model):
 
     def __str__(self) -> str:
         return f"Chunk {self.seq} of purchase #{self.purchase_id} ({self.count} outputs)"
-
-
-class Holding(models.Model):
-    """The highest epsilon a buyer holds for a value: the basis of upgrade credit."""
-
-    # No index of its own: the (buyer, value) unique index serves every lookup by buyer.
-    buyer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="holdings",
-                              db_index=False)
-    value = models.ForeignKey(Value, on_delete=models.CASCADE, related_name="holdings")
-    epsilon = models.DecimalField(**EPS)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["buyer", "value"], name="holding_unique"),
-                       models.CheckConstraint(condition=Q(epsilon__gt=0), name="holding_epsilon_positive")]
-
-    def __str__(self) -> str:
-        return f"Holding of value #{self.value_id} by buyer #{self.buyer_id} up to ε {self.epsilon.normalize():f}"

@@ -26,12 +26,12 @@ import numpy as np
 from accounts import ledger
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount, LedgerEntry
-from ldpmarket import pgbinary, storage
+from ldpmarket import storage
 from ldpmarket.problems import PurchaseConflict, PurchaseError, TooFewRespondents
 
 from . import chainsets, chainstore, domain, sealing
 from .eligible import candidates, held_epsilons, pool
-from .models import Holding, Purchase, Value
+from .models import Purchase, Value
 from .oneshot_specs import draw, draw_batch, guarantee_label, run_survey, spec_of, survey_design
 from .pricing import PricePolicy
 
@@ -101,17 +101,17 @@ class ChainRelease(_Release):
 
     def charge(self, policy: PricePolicy) -> np.ndarray:
         """Per included value, in money units: the policy price at e less the buyer's upgrade credit."""
-        self.held, self.holding_ids = held_epsilons(self.purchase.buyer_id, self.attribute, self.value_ids)
+        self.held = held_epsilons(self.purchase.buyer_id, self.attribute, self.value_ids)
         return policy.charge_units(self.e, self.held)
 
     def write(self, now) -> None:
-        """The new chain points, the raised chain losses and the buyer's holdings."""
+        """The new chain points and the raised chain losses (the buyer's holdings are derived from the purchase's
+        outputs: ``eligible.held_epsilons``)."""
         cand, e = self.cand, self.e
         new = self.elig[self.lookup.inserted]
         chainstore.store(self.attribute, self.blocks, cand.block_ids[new], cand.slots[new], np.full(new.size, e),
                          self.lookup.outputs[self.lookup.inserted])
         _raise_chain_loss(cand.value_ids[self.inc[cand.chain_loss[self.inc] < e]], e, now)
-        _write_holdings(self.purchase.buyer_id, self.value_ids, self.held, self.holding_ids, e)
 
     def ledger_rows(self) -> ledger.Rows:
         rows = self._ledger_rows(LedgerEntry.Kind.CHAIN_RELEASE)
@@ -212,18 +212,6 @@ def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
     """``chain_loss = e`` for the released values whose chain loss was below e (rule 3): one statement."""
     storage.set_where_in(BudgetAccount._meta.db_table, "value_id", value_ids,
                          {"chain_loss": from_micro(e), "updated_at": now}, alias="b")
-
-
-def _write_holdings(buyer_id: int, value_ids: np.ndarray, held: np.ndarray, holding_ids: np.ndarray, e: int) -> None:
-    """Raise held epsilons below e to e, and record first holdings (the basis of later upgrade credit)."""
-    up = holding_ids[(held > 0) & (held < e)]
-    new = value_ids[held == 0]
-    table = Holding._meta.db_table
-    storage.set_where_in(table, "id", up, {"epsilon": from_micro(e)}, alias="h")
-    storage.write_columns(table, {  # binary COPY for the new rows on PostgreSQL
-        "buyer_id": pgbinary.Column.int8(np.full(new.size, buyer_id)),
-        "value_id": pgbinary.Column.int8(new),
-        "epsilon": pgbinary.Column.numeric(np.full(new.size, e), 6)}, new.size)
 
 
 def _open(attribute, cand, rows: np.ndarray) -> np.ndarray:

@@ -217,7 +217,7 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     no_raw = eligible & _no_raw(cand, e)
     included_ids = cand.value_ids[eligible & ~no_raw]
     n = int(included_ids.size)
-    charge = policy.charge_units(e, held_epsilons(buyer_id, attribute, included_ids)[0])
+    charge = policy.charge_units(e, held_epsilons(buyer_id, attribute, included_ids))
     per_value = units_to_decimal(int(policy.units(np.array([e]))[0]))
     expires = timezone.now() + timedelta(seconds=settings.LDP_QUOTE_TTL_SECONDS)
     q = Quote(

@@ -107,6 +107,9 @@ PurchaseNotCompleted = _problem("PurchaseNotCompleted", slug="purchase-not-compl
 NoOutputs = _problem("NoOutputs", slug="no-outputs", doc="409: an estimate of a purchase that released no values.")
 PurchaseConflict = _problem("PurchaseConflict", slug="purchase-conflict",
                             doc="503: a concurrent change; nothing was written (retried after Retry-After).")
+ChainConflict = _problem("ChainConflict", slug="chain-conflict",
+                         doc="503: a chain point was written by another writer meanwhile; nothing was written "
+                             "(retried after Retry-After).")
 TrailingSlashRequired = _problem("TrailingSlashRequired", slug="trailing-slash-required",
                                  doc="404: a request with a body to a path without its trailing slash.")
 # Types the API does not send as such today (docs/errors.md, second table), known so that they stay typed.

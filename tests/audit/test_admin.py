@@ -14,7 +14,7 @@ from accounts.checkpoints import checkpoint_make
 from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerEntry, LedgerHead, MoneyAccount,
                              MoneyEntry, User)
 from accounts.roles import grant_role
-from market.models import Dataset, Holding, Purchase, PurchaseChunk, Value
+from market.models import Dataset, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
 from tests.factories import PASSWORD
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.urls("tests.audit.urls")
 OURS = ("accounts", "market")
 #: Read-only for everybody, superusers included: they change only through the services.
 READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value, Purchase,
-             PurchaseChunk, Holding]
+             PurchaseChunk]
 
 
 def registered():
@@ -45,7 +45,7 @@ def test_every_model_of_the_service_is_registered():
     assert labels == {"accounts.User", "accounts.BudgetAccount", "accounts.LedgerBlock", "accounts.LedgerHead",
                       "accounts.LedgerEntry", "accounts.MoneyAccount", "accounts.MoneyEntry", "market.Dataset",
                       "market.Attribute", "market.Value", "market.Purchase", "market.PurchaseChunk",
-                      "market.Holding", "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint"}
+                      "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint"}
 
 
 @pytest.fixture

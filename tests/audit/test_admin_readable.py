@@ -14,7 +14,7 @@ from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead,
 from audit.admin import LedgerEntryAdmin
 from ldpmarket.money import format_amount, format_money
 from market.admin import PurchaseAdmin, ValueAdmin
-from market.models import ChainBlock, ChainPoint, Holding, Purchase, PurchaseChunk, Value
+from market.models import ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from tests.audit.test_admin import url
 
 pytestmark = pytest.mark.urls("tests.audit.urls")
@@ -68,7 +68,7 @@ def test_amounts_have_two_places_and_the_currency(market, auditor, settings):
 
 def test_objects_have_readable_names(market):
     for model in (BudgetAccount, LedgerBlock, LedgerHead, LedgerEntry, MoneyAccount, MoneyEntry, Value, ChainBlock,
-                  ChainPoint, Purchase, PurchaseChunk, Holding):
+                  ChainPoint, Purchase, PurchaseChunk):
         obj = model.objects.order_by("pk").first()
         assert obj is not None, model
         assert " object (" not in str(obj), (model, str(obj))

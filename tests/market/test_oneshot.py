@@ -22,7 +22,8 @@ from audit.budget_audit import audit_budgets
 from market import purchases
 from market import domain, oneshot, releases, sealing
 from market.domain import InvalidValue
-from market.models import Attribute, ChainBlock, ChainPoint, Holding, Purchase, PurchaseChunk, Value
+from market.eligible import held_epsilons
+from market.models import Attribute, ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
 from market.purchases import purchase_claim, purchase_execute
 from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
@@ -348,7 +349,7 @@ def test_money_and_ledger_of_a_oneshot_purchase():
     for v in vs:
         assert MoneyAccount.objects.get(user=v.owner, kind="owner_earnings").balance == share
     assert MoneyAccount.objects.get(kind="platform").balance == p.price - 6 * share
-    assert not Holding.objects.exists()  # one-shot releases give no upgrade credit
+    assert not held_epsilons(buyer.id, attribute, np.array([v.id for v in vs])).any()  # one-shot: no upgrade credit
     entries = LedgerEntry.objects.filter(purchase=p)
     assert entries.count() == 6 and {e.kind for e in entries} == {"oneshot_release"}
     for e in entries:

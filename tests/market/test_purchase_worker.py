@@ -38,7 +38,8 @@ from accounts.epsilon import to_micro
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry
 from market import quotes
 from market import chains, selectors
-from market.models import Holding, Purchase, PurchaseChunk, Value
+from market.eligible import held_epsilons
+from market.models import Purchase, PurchaseChunk, Value
 from market.pricing import DEFAULT_POLICY
 from market.purchases import CHUNK, purchase_claim
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute
@@ -105,7 +106,6 @@ def snapshot(attribute) -> dict:
         "ledger": (LedgerEntry.objects.count(), LedgerBlock.objects.count(), head),
         "money": list(MoneyAccount.objects.order_by("id").values_list("id", "balance")),
         "money_entries": MoneyEntry.objects.count(),
-        "holdings": Holding.objects.count(),
         "chunks": PurchaseChunk.objects.count(),
     }
 
@@ -166,7 +166,8 @@ def assert_nothing_written(attribute, purchase, buyer, before: dict, row_before:
         assert not LedgerEntry.objects.filter(purchase=purchase).exists()
         assert not MoneyEntry.objects.filter(purchase=purchase).exists()
         assert not PurchaseChunk.objects.filter(purchase=purchase).exists()
-        assert not Holding.objects.filter(buyer=buyer).exists()
+        ids = np.array(sorted(Value.objects.filter(attribute=attribute).values_list("id", flat=True)))
+        assert not held_epsilons(buyer.id, attribute, ids).any()
         return snapshot(attribute)
 
     after = consistent(read)
@@ -193,7 +194,8 @@ def assert_completed_once(attribute, purchase, buyer, price: Decimal, before: di
     assert MoneyEntry.objects.filter(purchase=purchase).aggregate(total=Sum("amount"))["total"] == 0
     assert MoneyAccount.objects.aggregate(total=Sum("balance"))["total"] == sum(b for _, b in before["money"])
     # the buyer holds every value at epsilon; the outputs are stored once
-    assert Holding.objects.filter(buyer=buyer, epsilon=EPSILON).count() == N == Holding.objects.count()
+    ids = np.array(sorted(Value.objects.filter(attribute=attribute).values_list("id", flat=True)))
+    assert (held_epsilons(buyer.id, attribute, ids) == int(EPSILON * 10**6)).all() and ids.size == N
     chunks = PurchaseChunk.objects.filter(purchase=purchase)
     assert chunks.count() == -(-N // CHUNK) and chunks.aggregate(n=Sum("count"))["n"] == N
     # budgets: chain loss raised to epsilon, within every ceiling

@@ -29,7 +29,8 @@ from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
 from market import quotes
 from market import selectors, tasks
-from market.models import ChainBlock, Holding, Purchase
+from market.eligible import held_epsilons
+from market.models import ChainBlock, Purchase, Value
 from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_rows, contribute, fund
@@ -113,7 +114,8 @@ def assert_charged_once(attribute, buyer, purchase, price: Decimal, before: dict
     assert list(MoneyEntry.objects.filter(purchase=purchase, account=credit).values_list("amount", flat=True)) == [
         -price]
     assert MoneyEntry.objects.filter(purchase=purchase).aggregate(total=Sum("amount"))["total"] == 0
-    assert Holding.objects.filter(buyer=buyer, epsilon=EPSILON).count() == n
+    ids = np.array(sorted(Value.objects.filter(attribute=attribute).values_list("id", flat=True)))
+    assert (held_epsilons(buyer.id, attribute, ids) == int(EPSILON * 10**6)).sum() == n
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("chain_loss", flat=True)) == {
         EPSILON}
     assert ledger.verify_chain() == []

@@ -4,13 +4,15 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
+import numpy as np
 import pytest
 from django.db import connection
 
 from accounts.models import MoneyEntry
 from market import progress
 from market import selectors
-from market.models import Holding, Purchase
+from market.eligible import held_epsilons
+from market.models import Purchase, Value
 from market.pricing import PricePolicy
 from market.purchases import fingerprint
 from tests.market.api.conftest import POLICY, assert_problem, buy, client_for, contribute, credit, fund
@@ -34,7 +36,8 @@ def test_purchase_completes_in_the_request_and_charges_the_price(api, buyer, cat
     assert body["epsilon"] == "1.500000" and body["attribute"] == categorical.id
     assert Decimal(body["price"]) == price(60, "1.5")
     assert credit(buyer) == before - price(60, "1.5")
-    assert Holding.objects.filter(buyer=buyer).count() == 60
+    ids = np.array(sorted(Value.objects.filter(attribute=categorical).values_list("id", flat=True)))
+    assert (held_epsilons(buyer.id, categorical, ids) == 1_500_000).all()  # upgrade credit from now on
 
 
 def test_purchase_at_a_grid_point_stores_nothing_new_and_a_second_buyer_gets_the_same_outputs(
@@ -105,7 +108,8 @@ def test_insufficient_credit_is_402_charges_nothing_and_a_retry_after_topping_up
     assert "credit" in problem["detail"]
     purchase = Purchase.objects.get(buyer=poor)
     assert purchase.status == "failed" and purchase.error
-    assert credit(poor) == Decimal("0.01") and not Holding.objects.filter(buyer=poor).exists()
+    ids = np.array(sorted(Value.objects.filter(attribute=categorical).values_list("id", flat=True)))
+    assert credit(poor) == Decimal("0.01") and not held_epsilons(poor.id, categorical, ids).any()
     assert_problem(buy(api, categorical.id, "2", key="k1"), 402)  # replayed: tried again, still short
     fund(poor, "10")
     r = buy(api, categorical.id, "2", key="k1")
