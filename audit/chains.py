@@ -8,8 +8,9 @@ ids, never an output.  Checked:
 * every point row opens: its AES-GCM tag verifies against its attribute, block, epsilon and bitmap, so a row
   changed, moved to another block or epsilon, or with a changed bitmap, is caught;
 * each slot's head is its highest stored epsilon, and covers what was sold: ``head >= chain_loss``;
-* every completed chain purchase's released outputs are the stored points of its values at its epsilon (a
-  chain that forked, or a point rewritten after it was sold, is caught).
+* every completed chain purchase's released outputs (sealed too: a chunk moved or changed does not open) are
+  the stored points of its values at its epsilon (a chain that forked, or a point rewritten after it was sold,
+  is caught).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 from accounts.epsilon import to_micro
 from market import chainstore, sealing
 from market.models import Attribute, ChainBlock, Purchase, PurchaseChunk, Value
+from market.selectors import open_chunk
 
 from .report import Recorder, eps_text
 from .tables import lookup
@@ -99,13 +101,17 @@ def _check_released(rec: Recorder, slots, attributes) -> None:
     checked = 0
     for pid, attribute_id, epsilon in purchases:
         attribute = attributes[attribute_id]
-        chunks = list(PurchaseChunk.objects.filter(purchase_id=pid).order_by("seq").values_list("value_ids",
+        chunks = list(PurchaseChunk.objects.filter(purchase_id=pid).order_by("seq").values_list("seq", "value_ids",
                                                                                                "outputs"))
         if not chunks:
             continue
-        ids = np.concatenate([np.frombuffer(bytes(c[0]), dtype="<i8") for c in chunks]).astype(np.int64)
-        sold = np.concatenate([np.frombuffer(bytes(c[1]), dtype="<i2") for c in chunks]).astype(np.int64)
-        sold = sold.reshape(ids.size, attribute.width)
+        try:
+            opened = [open_chunk(pid, seq, ids, out, attribute.width) for seq, ids, out in chunks]
+        except sealing.SealBroken as exc:
+            wrong.append(f"purchase {pid}: {exc}")
+            continue
+        ids = np.concatenate([o[0] for o in opened])
+        sold = np.concatenate([o[1] for o in opened])
         pos, found = lookup(slots["id"], ids)
         checked += ids.size
         if not found.all():

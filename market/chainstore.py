@@ -199,7 +199,8 @@ def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray,
     inserts, updates = [], []
     for bid, sel in _by_block(block_ids):
         block = blocks[bid]
-        distinct, which = np.unique(eps[sel], return_inverse=True)  # the block's new rows, all at once
+        distinct = np.unique(eps[sel])  # the block's new rows, all at once
+        which = np.searchsorted(distinct, eps[sel])
         rows = np.array([block.row(int(e)) for e in distinct.tolist()], dtype=np.int64)
         at_row = rows[which]
         old = at_row >= 0
@@ -213,7 +214,9 @@ def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray,
             for k in existing.tolist():
                 out[k], present[k] = opened[int(rows[k])], block.present[rows[k]]
         out[which, slots[sel]] = outputs[sel]
-        present[which, slots[sel]] = True
+        added = np.zeros((distinct.size, block.capacity), dtype=bool)
+        added[which, slots[sel]] = True
+        present |= added
         bits = np.packbits(present, axis=1, bitorder="little")
         for k, e in enumerate(distinct.tolist()):
             row_bits = bits[k].tobytes()
@@ -222,8 +225,8 @@ def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray,
                 updates.append((row_bits, sealed, int(block.point_ids[rows[k]]), int(block.point_revisions[rows[k]])))
             else:
                 inserts.append((bid, e, row_bits, sealed))
-        top = np.zeros(block.capacity, dtype=np.int64)
-        np.maximum.at(top, slots[sel], eps[sel])
+        # each slot's highest new point: the last row (ascending epsilons) where it was added
+        top = np.where(added.any(axis=0), distinct[distinct.size - 1 - np.argmax(added[::-1], axis=0)], 0)
         if (top > block.heads).any():
             block.heads = np.maximum(block.heads, top)
             block.heads_changed = True

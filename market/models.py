@@ -391,7 +391,8 @@ class Purchase(models.Model):
 
 
 class PurchaseChunk(models.Model):
-    """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each)."""
+    """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each, sealed at rest:
+    ``market.sealing.seal_released``)."""
 
     # No index of its own: the (purchase, seq) unique index serves every lookup by purchase.
     purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks", db_index=False)

@@ -33,6 +33,7 @@ from ldpmarket.problems import (
     PurchaseError,
 )
 
+from . import sealing
 from .models import Attribute, Purchase, PurchaseChunk
 from .pricing import UNITS, PolicyError, PricePolicy, units_to_decimal
 from .releases import release_of
@@ -254,9 +255,12 @@ def _write_money(purchase, ids: np.ndarray, moves: np.ndarray, after: np.ndarray
 
 
 def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:
+    """The released outputs in chunks of ``CHUNK`` values, each sealed (``sealing.seal_released``)."""
     PurchaseChunk.objects.filter(purchase=purchase).delete()
-    PurchaseChunk.objects.bulk_create([
-        PurchaseChunk(purchase=purchase, seq=k, count=min(CHUNK, value_ids.size - s),
-                      value_ids=value_ids[s:s + CHUNK].astype("<i8").tobytes(),
-                      outputs=outputs[s:s + CHUNK].astype("<i2").tobytes())
-        for k, s in enumerate(range(0, value_ids.size, CHUNK))])
+    chunks = []
+    for k, s in enumerate(range(0, value_ids.size, CHUNK)):
+        ids = value_ids[s:s + CHUNK].astype("<i8").tobytes()
+        chunks.append(PurchaseChunk(purchase=purchase, seq=k, count=min(CHUNK, value_ids.size - s), value_ids=ids,
+                                    outputs=sealing.seal_released(outputs[s:s + CHUNK].astype("<i2").tobytes(),
+                                                                  purchase_id=purchase.id, seq=k, value_ids=ids)))
+    PurchaseChunk.objects.bulk_create(chunks)

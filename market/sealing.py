@@ -13,11 +13,13 @@ Three keys are derived (HKDF-SHA256) from ``settings.LDP_VALUE_KEY``:
   a modified, swapped or forged block decrypts to a random block whose header
   matches with probability 2**-80, and opening it fails;
 * the **chain points** (``ChainPoint``: a block's outputs at one epsilon) are sealed with AES-256-GCM, one
-  call per row, bound to the row's identity (``seal_points``).
+  call per row, bound to the row's identity (``seal_points``); so are the outputs a purchase released, one
+  call per chunk, bound to the purchase and the chunk (``seal_released``).
 """
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import struct
 from functools import lru_cache
@@ -153,3 +155,30 @@ def open_points(sealed: bytes, *, attribute_id: int, block_id: int, epsilon: int
         raise SealBroken(f"the chain point at micro-epsilon {epsilon} of block #{block_id} does not open "
                          f"(tampered with, moved, or sealed with another key)") from None
     return np.frombuffer(data, dtype="<i2").reshape(-1, width)
+
+
+_RELEASED_CONTEXT = b"ldpmarket-released-outputs-v1"
+
+
+def _released_binding(purchase_id: int, seq: int, value_ids: bytes) -> bytes:
+    return _RELEASED_CONTEXT + struct.pack("<QQ", int(purchase_id), int(seq)) + hashlib.sha256(value_ids).digest()
+
+
+def seal_released(outputs: bytes, *, purchase_id: int, seq: int, value_ids: bytes) -> bytes:
+    """The outputs of one chunk of a purchase (int16 bytes), sealed with AES-256-GCM (the chain points' key),
+    bound to the purchase, the chunk and its value ids: a dump shows no released output either, and a chunk's
+    outputs cannot be moved to another purchase or chunk or paired with other values
+    (docs/architecture.md#chains-in-blocks)."""
+    nonce = os.urandom(POINT_NONCE)
+    return nonce + _point_key(settings.LDP_VALUE_KEY).encrypt(
+        nonce, bytes(outputs), _released_binding(purchase_id, seq, bytes(value_ids)))
+
+
+def open_released(sealed: bytes, *, purchase_id: int, seq: int, value_ids: bytes) -> bytes:
+    """The int16 output bytes of a chunk sealed by ``seal_released``, or ``SealBroken``."""
+    sealed = bytes(sealed)
+    try:
+        return _point_key(settings.LDP_VALUE_KEY).decrypt(sealed[:POINT_NONCE], sealed[POINT_NONCE:],
+                                                          _released_binding(purchase_id, seq, bytes(value_ids)))
+    except InvalidTag:
+        raise SealBroken(f"the released outputs of chunk {seq} of purchase #{purchase_id} do not open") from None

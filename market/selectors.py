@@ -32,7 +32,7 @@ from accounts.models import BudgetAccount
 from ldpmarket import problems
 from mechanisms import estimators
 
-from . import chainstore, domain, eligible, oneshot_specs, oneshot_stats
+from . import chainstore, domain, eligible, oneshot_specs, oneshot_stats, sealing
 from .domain import PredictedError
 from .eligible import candidates, held_epsilons, micro
 from .models import Attribute, Purchase, PurchaseChunk
@@ -269,9 +269,12 @@ def chunk_layout(purchase: Purchase) -> tuple[np.ndarray, np.ndarray]:
     return seqs, starts
 
 
-def _decode(value_ids: bytes, outputs: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
+def open_chunk(purchase_id: int, seq: int, value_ids: bytes, sealed: bytes, width: int) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """``(value ids, outputs (n, width))`` of one stored chunk, its outputs opened (``sealing.open_released``)."""
     ids = np.frombuffer(bytes(value_ids), dtype="<i8").astype(np.int64)
-    return ids, np.frombuffer(bytes(outputs), dtype="<i2").astype(np.int64).reshape(ids.size, width)
+    out = sealing.open_released(sealed, purchase_id=purchase_id, seq=seq, value_ids=bytes(value_ids))
+    return ids, np.frombuffer(out, dtype="<i2").astype(np.int64).reshape(ids.size, width)
 
 
 def iter_chunks(purchase: Purchase, seqs=None):
@@ -282,7 +285,7 @@ def iter_chunks(purchase: Purchase, seqs=None):
         qs = qs.filter(seq__in=list(seqs))
     for seq in qs.values_list("seq", flat=True):
         ids, out = PurchaseChunk.objects.filter(purchase=purchase, seq=seq).values_list("value_ids", "outputs").get()
-        yield _decode(ids, out, width)
+        yield open_chunk(purchase.id, seq, ids, out, width)
 
 
 def output_rows(purchase: Purchase, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from audit import budget_audit, replay, tables
 from audit.budget_audit import audit_budgets
 from audit.report import SECTIONS
 from market import sealing
-from market.models import ChainBlock, ChainPoint, Purchase, Value
+from market.models import ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
 
 
@@ -175,6 +175,12 @@ def rewrite_a_sold_chain_point_with_the_key(m):
         out, attribute_id=p.attribute_id, block_id=p.block_id, epsilon=p.epsilon, present=bytes(p.present)))
 
 
+def move_released_outputs_to_another_purchase(m):
+    """The sealed outputs of the first purchase's chunk put in the second's: they do not open there."""
+    first = PurchaseChunk.objects.filter(purchase=m.purchases[0]).order_by("seq").first()
+    PurchaseChunk.objects.filter(purchase=m.purchases[1], seq=0).update(outputs=first.outputs)
+
+
 def lower_a_chain_head_below_its_loss(m):
     v = Value.objects.get(id=m.fixed[5].id)
     block = ChainBlock.objects.get(id=v.block_id)
@@ -271,6 +277,8 @@ CASES = {
     "chain point moved to another epsilon": (move_a_chain_point_to_another_epsilon, ["every chain point opens"]),
     "sold chain point rewritten with the key": (rewrite_a_sold_chain_point_with_the_key,
                                                 ["released outputs are its values' stored points"]),
+    "released outputs moved to another purchase": (move_released_outputs_to_another_purchase,
+                                                   ["released outputs are its values' stored points"]),
     "chain head lowered below the loss": (lower_a_chain_head_below_its_loss,
                                           ["head is its highest stored point", "head >= chain loss"]),
     "purchase price edited": (edit_purchase_price, ["buyer debit = price"]),

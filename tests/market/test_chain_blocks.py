@@ -151,24 +151,23 @@ def sold_and_pregenerated(db):
     return attribute, values
 
 
-def test_a_dump_holds_no_unreleased_chain_output_and_no_mechanism_input(sold_and_pregenerated):
+def test_a_dump_holds_no_chain_output_sold_or_not_and_no_mechanism_input(sold_and_pregenerated):
     attribute, values = sold_and_pregenerated
     dump = _dump_text()
     stored = stored_chains(attribute)
-    unreleased = [out[eps > 500_000, 0] for eps, out in stored.values()]
-    assert all(u.size == 25 for u in unreleased)
-    windows = {w for u in unreleased for w in _windows(u)}
+    assert all(eps.size == 30 for eps, _ in stored.values())
+    windows = {w for _, out in stored.values() for w in _windows(out[:, 0])}
     assert len(windows) > 20  # enough to see a leak: the check itself is tested below
     leaked = [w for w in windows if w.encode() in dump]
-    assert not leaked, f"{len(leaked)} windows of unreleased outputs are in the dump"
-    # the block rows' plaintext (every slot at one epsilon) is not there either, above what was sold (the outputs
-    # sold at 0.5 are the buyer's data, kept for download in the purchase's chunks)
+    assert not leaked, f"{len(leaked)} windows of chain outputs are in the dump"
+    # the block rows' plaintext (every slot at one epsilon) is not there either, the row sold at 0.5 included
+    # (the buyer's copy of it, the purchase's chunks, is sealed as well)
     state = chainstore.read([values[0].block_id])
     block = state[values[0].block_id]
-    # (a row just above 0.5 shares most outputs with it: windows equal to one of the sold row's are left out)
-    sold = _windows(chainstore.open_rows(attribute, block, [block.row(500_000)])[block.row(500_000)][:len(values), 0])
-    for r, out in chainstore.open_rows(attribute, block, np.flatnonzero(block.eps > 500_000)).items():
-        assert not [w for w in _windows(out[:len(values), 0]) - sold if w.encode() in dump], block.eps[r]
+    rows = chainstore.open_rows(attribute, block, range(block.eps.size))
+    assert block.row(500_000) in rows and len(rows) == 30
+    for r, out in rows.items():
+        assert not [w for w in _windows(out[:len(values), 0]) if w.encode() in dump], block.eps[r]
     # nor the inputs, in value order
     payload = sealing.open_inputs([bytes(v.input_sealed) for v in Value.objects.filter(attribute=attribute)
                                    .order_by("id")], [v.owner_id for v in values], [attribute.id] * len(values),
@@ -183,11 +182,10 @@ def test_the_check_above_would_see_plaintext_outputs(sold_and_pregenerated):
     """The dump check is not vacuous: a plaintext copy of one value's unreleased outputs is found."""
     attribute, values = sold_and_pregenerated
     stored = stored_chains(attribute)
-    eps, out = next((e, o) for e, o in stored.values() if _windows(o[e > 500_000, 0]))
-    Dataset.objects.create(title="leak", description=np.ascontiguousarray(out[eps > 500_000, 0], dtype="<i2")
-                           .tobytes().hex())
+    eps, out = next((e, o) for e, o in stored.values() if _windows(o[:, 0]))
+    Dataset.objects.create(title="leak", description=np.ascontiguousarray(out[:, 0], dtype="<i2").tobytes().hex())
     dump = _dump_text()
-    assert any(w.encode() in dump for w in _windows(out[eps > 500_000, 0]))
+    assert any(w.encode() in dump for w in _windows(out[:, 0]))
 
 
 @pytest.mark.postgres

@@ -23,6 +23,7 @@ from market import purchases
 from market import domain, oneshot, releases, sealing
 from market.domain import InvalidValue
 from market.eligible import held_epsilons
+from market.selectors import open_chunk
 from market.models import Attribute, ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
 from market.purchases import purchase_claim, purchase_execute
@@ -645,7 +646,8 @@ def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order
     assert purchase.included == len(vs)
     assert [d.shape[0] for d in drawn] == [3] * (len(vs) // 3) + ([len(vs) % 3] if len(vs) % 3 else [])
     chunks = PurchaseChunk.objects.filter(purchase=purchase).order_by("seq")
-    ids = np.concatenate([np.frombuffer(bytes(c.value_ids), dtype="<i8") for c in chunks])
-    out = np.concatenate([np.frombuffer(bytes(c.outputs), dtype="<i2") for c in chunks]).reshape(ids.size, -1)
+    opened = [open_chunk(purchase.id, c.seq, c.value_ids, c.outputs, attribute.width) for c in chunks]
+    ids = np.concatenate([o[0] for o in opened])
+    out = np.concatenate([o[1] for o in opened])
     assert ids.tolist() == sorted(v.id for v in vs)
     np.testing.assert_array_equal(out, np.concatenate(drawn))
