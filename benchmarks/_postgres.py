@@ -32,9 +32,10 @@ def admin(url: str, sql: str) -> None:
         conn.execute(sql)
 
 
-def setup_django(db_url: str, name: str) -> None:
+def setup_django(db_url: str, name: str, *, migrate: bool = True) -> None:
     """Point Django at the database ``name`` of ``db_url`` (before ``django.setup()``, or repoint the
-    connection when another benchmark in this process set Django up already) and migrate it."""
+    connection when another benchmark in this process set Django up already) and, with ``migrate``, migrate it
+    (a child process working on a database its parent migrated passes ``migrate=False``)."""
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ldpmarket.settings")
     # fixed keys that pass the production rules (ldpmarket.keys): these settings run without DEBUG
@@ -56,6 +57,8 @@ def setup_django(db_url: str, name: str) -> None:
                                   USER=parts.username or "", PASSWORD=parts.password or "")
     else:
         django.setup()
+    if not migrate:
+        return
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
