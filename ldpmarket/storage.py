@@ -40,6 +40,21 @@ def has_binary_copy() -> bool:
     return is_psycopg3
 
 
+def int64_le_at(blob: str, index: str) -> str:
+    """An SQL expression: the little-endian int64 at position ``index`` (8 bytes each) of the binary column
+    ``blob``, for values in [0, 2**40) (micro-epsilons).  PostgreSQL: ``get_byte`` arithmetic; SQLite: a function
+    of this module registered on the connection."""
+    if is_postgresql():
+        return "(" + " + ".join(f"get_byte({blob}, ({index}) * 8 + {k})::bigint * {256 ** k}" for k in range(5)) + ")"
+    connection.ensure_connection()
+    connection.connection.create_function("ldp_int64_le", 2, _int64_le, deterministic=True)
+    return f"ldp_int64_le({blob}, {index})"
+
+
+def _int64_le(blob, index):
+    return None if blob is None or index is None else int.from_bytes(bytes(blob)[index * 8:index * 8 + 8], "little")
+
+
 def _adapt(rows):
     """Values as Django would store them on SQLite (datetimes; decimals go through Django's sqlite3 adapter)."""
     ops = connection.ops

@@ -26,18 +26,17 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import numpy as np
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.epsilon import MICRO
+from accounts.models import BudgetAccount
 from ldpmarket import jobs, storage
 
-from . import chains, chainstore
-from .eligible import micro
-from .models import Attribute, Purchase, Value
+from .models import Attribute, ChainBlock, Purchase, Value
 from .services import EXTENSION_LOCK, extension_lock_key
 
 logger = logging.getLogger(__name__)
@@ -89,22 +88,24 @@ def sweep_purchases(*, cutoff: datetime, now: datetime) -> tuple[list[int], list
 
 
 def stranded_extensions(*, cutoff: datetime) -> list[int]:
-    """Attributes with a chain that could grow since before ``cutoff`` (its next grid point is within its
-    ceiling and the grid, its budget unchanged since) and no extension running.  The heads are in the chain
-    blocks (``market.chainstore``): compared in numpy, one read per attribute."""
-    rows = list(Value.objects.filter(input_sealed__isnull=False, block__isnull=False, budget__updated_at__lt=cutoff,
-                                     attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
-                .values_list("attribute_id", "block_id", "slot", micro("budget__ceiling")))
-    attributes = []
-    for attribute_id in sorted({r[0] for r in rows}):
-        attribute = Attribute.objects.get(id=attribute_id)
-        mine = np.array([r[1:] for r in rows if r[0] == attribute_id], dtype=np.int64)
-        blocks, slots, ceiling = mine[:, 0], mine[:, 1], mine[:, 2]
-        grid = chains.Grid.of(attribute)
-        head = chainstore.heads_of(chainstore.read(blocks), blocks, slots)
-        following = grid.next_point_after(head)
-        if ((head > 0) & (following <= np.minimum(ceiling, grid.stop))).any():
-            attributes.append(attribute_id)
+    """Attributes with a chain that could grow since before ``cutoff`` (its next grid point after its head is
+    within its ceiling and the grid, its budget unchanged since) and no extension running.  One set-based query:
+    each value's head is read from its block's ``heads`` in SQL (``storage.int64_le_at``)."""
+    head = storage.int64_le_at("k.heads", "v.slot")
+    micro = lambda column: f"CAST(round({column} * {MICRO}) AS bigint)"  # noqa: E731
+    start, step = micro("a.grid_start"), micro("a.grid_step")
+    following = f"({start} + (({head} - {start}) / {step} + 1) * {step})"
+    ceiling, stop = micro("b.ceiling"), micro("a.grid_stop")
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT DISTINCT v.attribute_id FROM {Value._meta.db_table} v "
+            f"JOIN {BudgetAccount._meta.db_table} b ON b.value_id = v.id "
+            f"JOIN {ChainBlock._meta.db_table} k ON k.id = v.block_id "
+            f"JOIN {Attribute._meta.db_table} a ON a.id = v.attribute_id "
+            f"WHERE v.input_sealed IS NOT NULL AND b.updated_at < %s AND a.mechanism = %s AND {head} > 0 "
+            f"AND {following} <= CASE WHEN {ceiling} < {stop} THEN {ceiling} ELSE {stop} END "
+            f"ORDER BY v.attribute_id", [cutoff, Attribute.Mechanism.GRADUAL_RR.value])
+        attributes = [row[0] for row in cur.fetchall()]
     running = extensions_running()
     return [a for a in attributes if extension_lock_key(a)[1] not in running]
 

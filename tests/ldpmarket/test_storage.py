@@ -240,3 +240,16 @@ def test_id_batches_inside_a_transaction_by_keyset():
     assert _batches(5) == [expected[:5], expected[5:10], expected[10:]]
     assert _batches(12) == [expected]
     assert list(storage.id_batches(User.objects.none().values_list("id", flat=True), "id", 5)) == []
+
+
+@pytest.mark.django_db
+def test_int64_le_at_reads_each_slot_of_a_little_endian_array_in_sql():
+    """``storage.int64_le_at``: the same integers as numpy reads, in SQL, on either database (the sweeper reads
+    chain heads with it)."""
+    heads = np.array([0, 1, 255, 256, 700_000_000, 2**40 - 1, 12_345_678], dtype="<i8")
+    slots = ", ".join(f"({k})" for k in range(heads.size))
+    with connection.cursor() as cur:
+        cur.execute(f"WITH h(b) AS (SELECT %s), s(k) AS (VALUES {slots}) "
+                    f"SELECT s.k, {storage.int64_le_at('h.b', 's.k')} FROM h, s ORDER BY s.k", [heads.tobytes()])
+        got = [row[1] for row in cur.fetchall()]
+    assert got == heads.tolist()
