@@ -1,7 +1,7 @@
 """Stored chains: encoding, and growing them along the attribute's epsilon grid (docs/architecture.md#the-path-of-a-chain-extension).
 
-A chain is stored as two little-endian arrays (``Chain`` model): micro-epsilons
-(int64) and outputs (int16, ``width`` per step).  Growth is vectorized: rows
+Chains are stored in blocks (``market.chainstore``, docs/architecture.md#chains-in-blocks): per block and
+epsilon, the int16 outputs of its slots (``width`` each).  Growth is vectorized: rows
 are advanced one grid step at a time, and the rows that share the same
 (current head, next grid point) make one ``mechanisms.relax`` call, so a batch
 of n values costs one numpy pass per grid step, never a Python loop per value.
@@ -56,13 +56,8 @@ def draw_epsilon(eps_micro: int, divisor: int = 1) -> Decimal:
     return _DRAW.divide(Decimal(int(eps_micro)), MICRO * divisor)
 
 
-def encode(eps_micro: np.ndarray, outputs: np.ndarray) -> tuple[bytes, bytes, bytes]:
-    """``(epsilons, outputs, head_output)`` blobs of one chain; outputs shape (L, width)."""
-    out = np.asarray(outputs).astype(OUT)
-    return np.asarray(eps_micro).astype(EPS).tobytes(), out.tobytes(), out[-1].tobytes()
-
-
 def decode(epsilons: bytes, outputs: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """A chain given as little-endian micro-epsilons (int64) and outputs (int16, ``width`` per step)."""
     eps = np.frombuffer(bytes(epsilons), dtype=EPS).astype(np.int64)
     return eps, np.frombuffer(bytes(outputs), dtype=OUT).astype(np.int64).reshape(eps.size, width)
 

@@ -46,31 +46,8 @@ class ChainSet:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    @classmethod
-    def from_blobs(cls, eps_blobs: list[bytes], out_blobs: list[bytes], width: int) -> "ChainSet":
-        lengths = np.fromiter((len(b) // 8 for b in eps_blobs), dtype=np.int64, count=len(eps_blobs))
-        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        eps = np.frombuffer(b"".join(eps_blobs), dtype="<i8").astype(np.int64)
-        out = np.frombuffer(b"".join(out_blobs), dtype="<i2").astype(np.int64).reshape(-1, width)
-        if eps.size != offsets[-1] or out.shape[0] != eps.size:
-            raise ValueError("chain blobs are inconsistent with their lengths")
-        return cls(eps=eps, out=out, offsets=offsets)
-
-    def blobs(self) -> tuple[list[bytes], list[bytes]]:
-        """Per-chain (epsilons, outputs) blobs in the storage encoding."""
-        eb = self.eps.astype("<i8").tobytes()
-        ob = self.out.astype("<i2").tobytes()
-        w = self.out.shape[1] * 2
-        o = self.offsets.tolist()
-        return ([eb[o[i] * 8:o[i + 1] * 8] for i in range(self.n)],
-                [ob[o[i] * w:o[i + 1] * w] for i in range(self.n)])
-
     def head(self) -> np.ndarray:
         return self.eps[self.offsets[1:] - 1]
-
-    def head_output(self) -> np.ndarray:
-        return self.out[self.offsets[1:] - 1]
 
 
 @dataclass
