@@ -18,30 +18,22 @@ import numpy as np
 
 from accounts.epsilon import to_micro
 from market import chainstore, sealing
-from market.models import Attribute, ChainBlock, Purchase, PurchaseChunk, Value
+from market.models import Attribute, ChainBlock, Purchase, PurchaseChunk
 from market.selectors import open_chunk
 
 from .report import Recorder, eps_text
-from .tables import lookup
+from .tables import lookup, read_slots
 
 S = "Chains"
 #: Blocks read and opened at a time (memory stays flat in the number of values).
 BLOCKS_PER_READ = 256
 
 
-def read_slots() -> dict[str, np.ndarray]:
-    """Every value's attribute, block and slot (-1 for none), in value-id order."""
-    rows = list(Value.objects.order_by("id").values_list("id", "attribute_id", "block_id", "slot"))
-    cols = [np.array([(-1 if x is None else x) for x in c], dtype=np.int64) for c in zip(*rows)] if rows else \
-        [np.zeros(0, dtype=np.int64)] * 4
-    return dict(zip(("id", "attribute", "block", "slot"), cols))
-
-
 def check_chains(rec: Recorder, budgets) -> None:
     """The checks of the module docstring, reading the chain blocks a batch at a time."""
     slots = read_slots()
     attributes = {a.id: a for a in Attribute.objects.all()}
-    chain_attr = np.array([not attributes[a].is_oneshot for a in slots["attribute"].tolist()], dtype=bool)
+    chain_attr = np.isin(slots["attribute"], [a.id for a in attributes.values() if not a.is_oneshot])
     rec.check(S, "every gradual-release value has a slot in a chain block, and no one-shot value has one",
               chain_attr != (slots["block"] >= 0), slots["id"].size,
               lambda i: f"value {slots['id'][i]}: block {slots['block'][i]}, attribute {slots['attribute'][i]}")

@@ -95,6 +95,12 @@ def read_values() -> dict[str, np.ndarray]:
     return _cols(fetch_ints(select, Value._meta.db_table), ["id", "owner", "attribute", "raw_deleted"])
 
 
+def read_slots() -> dict[str, np.ndarray]:
+    """Every value's attribute and its chain's block and slot (-1 for none), in value-id order."""
+    select = ["id", "attribute_id", integer("COALESCE(block_id, -1)"), integer("COALESCE(slot, -1)")]
+    return _cols(fetch_ints(select, Value._meta.db_table), ["id", "attribute", "block", "slot"])
+
+
 def read_purchases() -> dict[str, np.ndarray]:
     select = ["id", "buyer_id", "attribute_id", micro("epsilon"), code("status", STATUSES), "included",
               units("price"), code("mechanism", MECHANISMS), micro("charged_epsilon"),

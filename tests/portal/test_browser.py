@@ -423,10 +423,13 @@ def test_portal_and_admin_pages_fit_1280_px_under_the_policy(live_server, browse
     fits(page, "10-admin-index")
     for n, path in enumerate(["accounts/budgetaccount", "accounts/ledgerentry", "accounts/moneyaccount",
                               "accounts/moneyentry", "accounts/user", "market/value", "market/purchase",
-                              "market/chain", "market/attribute", "market/holding"], start=11):
+                              "market/attribute", "market/purchasechunk"], start=11):
         page.goto(f"{base}/admin/{path}/")
         expect(page.locator("#changelist")).to_be_visible()
         fits(page, f"{n}-admin-{path.replace('/', '-')}")
+    page.goto(f"{base}/admin/market/value/{chain_value.id}/change/")  # the chain's steps, from its block
+    expect(page.get_by_role("heading", name="Chain steps")).to_be_visible()
+    fits(page, "20-admin-value-chain-steps")
     page.goto(f"{base}/admin/accounts/moneyentry/")
     expect(page.locator("#result_list")).to_contain_text(" EUR")
     page.goto(f"{base}/admin/accounts/user/{staff.id}/change/")
