@@ -31,7 +31,6 @@ from . import chainsets, sealing
 from .models import Attribute, ChainBlock, ChainPoint
 
 HEAD = np.dtype("<i8")
-OUT = np.dtype("<i2")
 
 
 def lock(attribute_id: int) -> None:

@@ -77,13 +77,13 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
     survey is its release (``market.releases``).
 
     The locks, in the one global order every writer of a value follows (so nothing deadlocks): (1) the purchase
-    row; (2) the budgets by value id and (3) the chains by value id (the release's ``read``); (4) the money
-    accounts, the buyer's, then the owners' by id (``lock_payment``); (5) the head of the attribute's ledger shard
-    (``ledger.append``); (6) the platform's account, credited last of all (``_credit_platform``) after the
-    deferred row checks have run: purchases of different attributes share no lock but it (and their common
-    owners' accounts), and hold it only for their last statements and their commit.  ``progress(done, total)``
-    is called as phases complete (values resolved, then written); ``max_price`` refuses the purchase, under the
-    locks, if it would cost more (a quote's price guard).
+    row; (2) the budgets by value id and (3) the attribute's chain lock (``chainstore.lock``; both in the
+    release's ``read``); (4) the money accounts, the buyer's, then the owners' by id (``lock_payment``); (5) the
+    head of the attribute's ledger shard (``ledger.append``); (6) the platform's account, credited last of all
+    (``_credit_platform``) after the deferred row checks have run: purchases of different attributes share no
+    lock but it (and their common owners' accounts), and hold it only for their last statements and their
+    commit.  ``progress(done, total)`` is called as phases complete (values resolved, then written);
+    ``max_price`` refuses the purchase, under the locks, if it would cost more (a quote's price guard).
     """
     with transaction.atomic():
         purchase = Purchase.objects.select_for_update(of=("self",)).select_related("attribute", "buyer").get(id=purchase_id)
