@@ -11,7 +11,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 from django.apps import apps
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from hypothesis import given, settings as hsettings, strategies as st
 
 from accounts.models import BudgetAccount, MoneyAccount, MoneyEntry, User
@@ -22,6 +22,7 @@ from market.pricing import DEFAULT_POLICY
 from market.purchases import purchase_claim, purchase_execute
 from market.services import chains_extend, values_create_many
 from tests.factories import CategoricalAttributeFactory, contribute, stored_chains
+from tests.market.test_purchase_concurrency import run_concurrently
 
 D = Decimal
 
@@ -211,26 +212,6 @@ def test_pg_dump_holds_no_unreleased_chain_output(settings):
 # Fork-proof under concurrency (PostgreSQL)
 # ---------------------------------------------------------------------------------------------------------------
 
-def _run_together(jobs, timeout: float = 120):
-    errors, barrier = [], threading.Barrier(len(jobs))
-
-    def worker(job):
-        try:
-            barrier.wait()
-            job()
-        except Exception as exc:  # noqa: BLE001 - returned to the test
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker, args=(job,)) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    return errors
-
-
 def _market(n: int = 120):
     dataset = Dataset.objects.create(title=f"forks {uuid.uuid4().hex[:6]}")
     attribute = Attribute.objects.create(dataset=dataset, name="q", kind="categorical", labels=["a", "b", "c"],
@@ -263,7 +244,7 @@ def test_two_extension_workers_and_purchases_at_once_never_fork_a_chain(settings
             lambda: chains_extend(attribute_id=attribute.id, batch_size=64),
             lambda: [_buy(buyers[0], attribute, e) for e in ("0.55", "1.25", "0.35")],
             lambda: [_buy(buyers[1], attribute, e) for e in ("1.95", "0.15", "1.25")]]
-    assert _run_together(jobs) == []
+    assert run_concurrently(jobs) == []
     chains_extend(attribute_id=attribute.id)
     chains = [c for c in audit_budgets().checks if c.section == "Chains"]  # (ceilings were raised behind the ledger)
     assert len(chains) == 7 and all(c.ok for c in chains), chains  # every sold output is its stored point: no fork
@@ -289,7 +270,7 @@ def test_without_the_chain_lock_the_unique_key_refuses_the_second_writer(setting
         return got
 
     monkeypatch.setattr(chainstore, "read", read_then_wait)
-    errors = _run_together([lambda: chains_extend(attribute_id=attribute.id),
+    errors = run_concurrently([lambda: chains_extend(attribute_id=attribute.id),
                             lambda: chains_extend(attribute_id=attribute.id)])
     assert len(errors) == 1 and isinstance(errors[0], chainstore.ChainConflict), errors
     monkeypatch.setattr(chainstore, "read", read)
