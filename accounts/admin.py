@@ -262,7 +262,7 @@ class BudgetAccountAdmin(ReadOnlyAdmin):
     @admin.display(description="ledger")
     def ledger(self, obj):
         url = reverse("admin:accounts_ledgerentry_changelist") + f"?value={obj.value_id}"
-        n = LedgerEntry.objects.filter(value_id=obj.value_id).count()
+        n = LedgerEntry.objects.of_values([obj.value_id]).count()
         return format_html('<a href="{}">{} ledger entries</a>', url, n)
 
 

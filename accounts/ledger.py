@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone as djtz
 
 from ldpmarket import pgbinary, storage
 
 from .epsilon import to_micro
-from .models import LedgerBlock, LedgerEntry, LedgerHead
+from .models import LedgerBlock, LedgerEntry, LedgerEvent, LedgerHead, LedgerRelease
 
 GENESIS = "0" * 64
 KINDS = LedgerEntry.Kind.values
@@ -89,11 +89,22 @@ def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray, shard:
     return h.hexdigest()
 
 
+RELEASE_CODES = (KINDS.index(LedgerEntry.Kind.CHAIN_RELEASE), KINDS.index(LedgerEntry.Kind.ONESHOT_RELEASE))
+#: An entry's id in the per-value view is ``block id * ID_SHIFT + position`` (migration 0013).
+ID_SHIFT = 2 ** 24
+
+
 @dataclass
 class Rows:
-    """Ledger entries as columns (numpy int64, micro-epsilons, -1 for null) — one array per field of ENTRY."""
+    """Ledger entries as columns (numpy int64, micro-epsilons, -1 for null) — one array per field of ENTRY.
+
+    Releases also carry, per value, its owner, its chain block (-1: none) and the owner's earnings (money units
+    of 1/10000), which the compact rows store (``LedgerRelease``) but the hash does not cover as such."""
 
     records: np.ndarray  # dtype ENTRY
+    owner: np.ndarray | None = None
+    chain_block: np.ndarray | None = None
+    earning: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n: int) -> "Rows":
@@ -117,21 +128,102 @@ def append(rows: Rows, *, shard: int) -> LedgerBlock:
     created_at = djtz.now()
     block = LedgerBlock.objects.create(shard=shard, prev_hash=prev, hash=block_hash(prev, created_at, rec, shard),
                                        entry_count=rec.shape[0], created_at=created_at)
-    _insert_entries(block, created_at, rec)
+    _insert_entries(block, created_at, rows)
     head.last_block = block
     head.blocks += 1
     head.save(update_fields=["last_block", "blocks"])
     return block
 
 
-def _insert_entries(block, created_at, rec) -> None:
-    """Set-based insert of a block's entries, built from the records as columns
+def _insert_entries(block, created_at, rows: Rows) -> None:
+    """A block's entries at positions 0..n-1 in the order given (the order its hash covers): releases as compact
+    rows (``_insert_releases``), budget events one row each (``_insert_events``)."""
+    rec = rows.records
+    if rec.shape[0] >= ID_SHIFT:
+        raise ValueError(f"a ledger block holds at most {ID_SHIFT - 1} entries")
+    release = np.isin(rec["kind"], RELEASE_CODES)
+    if release.any():
+        if not release.all():
+            raise ValueError("a ledger block holds either releases or budget events")
+        if (rec["reference"] < 0).any():
+            raise ValueError("every release names the purchase that made it")
+        _insert_releases(block, created_at, rows)
+    else:
+        _insert_events(block, created_at, rec)
+
+
+def release_runs(rows: Rows, cap: int) -> np.ndarray:
+    """The starts of the compact rows of a block of releases: a new row wherever the chain block, the purchase
+    or the epsilon changes, the value ids stop increasing, or ``cap`` values are reached."""
+    rec = rows.records
+    n = rec.shape[0]
+    chain_block = rows.chain_block if rows.chain_block is not None else np.full(n, -1)
+    brk = np.zeros(n, dtype=bool)
+    brk[0] = True
+    brk[1:] = ((chain_block[1:] != chain_block[:-1]) | (rec["reference"][1:] != rec["reference"][:-1])
+               | (rec["epsilon"][1:] != rec["epsilon"][:-1]) | (rec["kind"][1:] != rec["kind"][:-1])
+               | (rec["guarantee"][1:] != rec["guarantee"][:-1]) | (rec["value"][1:] <= rec["value"][:-1]))
+    starts = np.flatnonzero(brk)
+    # split runs longer than cap
+    lengths = np.diff(np.append(starts, n))
+    extra = [np.arange(s + cap, s + ln, cap) for s, ln in zip(starts.tolist(), lengths.tolist()) if ln > cap]
+    return np.sort(np.concatenate([starts, *extra])) if extra else starts
+
+
+def _insert_releases(block, created_at, rows: Rows) -> None:
+    """The compact rows of a block of releases (``LedgerRelease``, docs/budget-rules.md#the-ledger): one per run
+    (``release_runs``), the per-value columns as ``bigint[]`` arrays; one binary COPY per distinct run length
+    (on PostgreSQL; SQLite: JSON arrays), no Python object per value."""
+    from django.conf import settings
+
+    rec = rows.records
+    n = rec.shape[0]
+    starts = release_runs(rows, int(settings.LDP_CHAIN_BLOCK))
+    lengths = np.diff(np.append(starts, n))
+    owner = rows.owner if rows.owner is not None else np.full(n, -1)
+    chain_block = rows.chain_block if rows.chain_block is not None else np.full(n, -1)
+    Col = pgbinary.Column
+    for length in np.unique(lengths).tolist():
+        s = starts[lengths == length]
+        idx = s[:, None] + np.arange(length)[None, :]
+        k = s.size
+        first = rec[s]
+        matrix = lambda name: rec[name][idx]  # noqa: E731
+        columns = {
+            "block_id": Col.int8(np.full(k, block.id)),
+            "position": Col.int4(s),
+            "shard": Col.int4(np.full(k, block.shard)),
+            "purchase_id": Col.int8(first["reference"]),
+            "chain_block_id": Col.int8(chain_block[s], null=chain_block[s] < 0),
+            "kind": Col.text(first["kind"], KINDS),
+            "guarantee": Col.text(first["guarantee"], GUARANTEES),
+            "epsilon": Col.numeric(first["epsilon"], 6),
+            "created_at": Col.timestamp(np.full(k, micros(created_at))),
+            "count": Col.int4(np.full(k, length)),
+            "first_value": Col.int8(rec["value"][s]),
+            "last_value": Col.int8(rec["value"][s + length - 1]),
+            "value_ids": Col.int8_array(matrix("value")),
+            "owner_ids": Col.int8_array(owner[idx]),
+            "chain_before": Col.int8_array(matrix("chain_before")),
+            "chain_after": Col.int8_array(matrix("chain_after")),
+            "oneshot_before": Col.int8_array(matrix("oneshot_before")),
+            "oneshot_after": Col.int8_array(matrix("oneshot_after")),
+            "ceiling": Col.int8_array(matrix("ceiling")),
+        }
+        if rows.earning is not None:
+            columns["earnings"] = Col.int8_array(rows.earning[idx])
+        storage.write_columns(LedgerRelease._meta.db_table, columns, k)
+
+
+def _insert_events(block, created_at, rec) -> None:
+    """Set-based insert of a block's budget events, built from the records as columns
     (``ldpmarket.storage.write_columns``: one binary COPY on PostgreSQL, no Python object per entry)."""
     n = rec.shape[0]
     Col = pgbinary.Column
     micro_col = lambda name: Col.numeric(rec[name], 6, null=rec[name] < 0)  # noqa: E731
-    storage.write_columns(LedgerEntry._meta.db_table, {
+    storage.write_columns(LedgerEvent._meta.db_table, {
         "block_id": Col.int8(np.full(n, block.id)),
+        "position": Col.int4(np.arange(n)),
         "value_id": Col.int8(rec["value"]),
         "purchase_id": Col.int8(rec["reference"], null=rec["reference"] < 0),
         "kind": Col.text(rec["kind"], KINDS),
@@ -209,3 +301,32 @@ def head_leaf(shard: int, blocks: int, head_hash: str) -> bytes:
     """A checkpoint leaf's data (docs/budget-rules.md#checkpoints): ``HEAD_LEAF_MARKER || shard || blocks`` (two
     little-endian int64) ``|| head hash`` (its 32 bytes)."""
     return HEAD_LEAF_MARKER + np.array([shard, blocks], dtype="<i8").tobytes() + bytes.fromhex(head_hash)
+
+
+# ------------------------------------------------------------------------------------------- earnings
+
+def release_earnings(*, shard: int, after: int, max_rows: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """The compact release rows of ``shard`` after row id ``after`` (at most ``max_rows``, in id order): ``(last row
+    id, number of rows, owner ids, earnings)``, the last two one entry per value with recorded earnings (rows from
+    before earnings were recorded per value have none: their owners were paid at purchase time).  PostgreSQL: the
+    arrays unnested by the server and read by one binary COPY; SQLite: the JSON arrays."""
+    table = LedgerRelease._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT max(id), count(*) FROM (SELECT id FROM {table} WHERE shard = %s AND id > %s "
+                    f"ORDER BY id LIMIT %s) r", [shard, after, max_rows])
+        through, rows = cur.fetchone()
+    if not rows:
+        return after, 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if storage.has_binary_copy():
+        with connection.cursor() as cur:
+            data = pgbinary.copy_out(
+                cur.cursor, f"SELECT u.o, u.e FROM {table} r, unnest(r.owner_ids, r.earnings) AS u(o, e) "
+                            f"WHERE r.shard = {int(shard)} AND r.id > {int(after)} AND r.id <= {int(through)} "
+                            f"AND r.earnings IS NOT NULL")
+        got = pgbinary.parse_rows(data, [("o", ">i8"), ("e", ">i8")])
+        return int(through), int(rows), got["o"].astype(np.int64), got["e"].astype(np.int64)
+    pairs = list(LedgerRelease.objects.filter(shard=shard, id__gt=after, id__lte=through, earnings__isnull=False)
+                 .values_list("owner_ids", "earnings"))
+    owners = np.concatenate([o for o, _ in pairs]) if pairs else np.zeros(0, dtype=np.int64)
+    earnings = np.concatenate([e for _, e in pairs]) if pairs else np.zeros(0, dtype=np.int64)
+    return int(through), int(rows), owners, earnings

@@ -7,10 +7,11 @@ single row can express them; the services keep the rest (with row locks) and
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractUser
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q
 from django.db.models.functions import Round
 
+from ldpmarket.fields import Int64ArrayField
 from ldpmarket.money import format_money
 
 EPS = {"max_digits": 12, "decimal_places": 6}
@@ -180,42 +181,47 @@ class LedgerCheckpointLeaf(models.Model):
         return f"Checkpoint leaf {self.index}: shard {self.shard} at {self.blocks} blocks"
 
 
-class LedgerEntry(models.Model):
-    """The privacy ledger: releases and budget events of a value, append-only.
+class LedgerKind(models.TextChoices):
+    CHAIN_RELEASE = "chain_release", "Chain release"
+    ONESHOT_RELEASE = "oneshot_release", "One-shot release"
+    CEILING = "ceiling", "Ceiling set"
+    SCHEDULE = "schedule", "Schedule set"
+    PAUSE = "pause", "Sales paused"
+    RESUME = "resume", "Sales resumed"
+    RAW_DELETED = "raw_deleted", "Raw value deleted"
 
-    A release row records the epsilon released, the losses before and after,
-    and the ceiling in force; budget rows record each change of ceiling policy,
-    so the audit can recompute ``ceiling(t)`` independently of BudgetAccount.
+
+class LedgerGuarantee(models.TextChoices):
+    """What a release's epsilon guarantees (docs/budget-rules.md#one-shot-losses-add-up, docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
+
+    Empty for budget events and for chain releases (the gradual-release chain: epsilon-LDP over all
+    buyers together); one-shot releases always name theirs.
     """
 
-    class Kind(models.TextChoices):
-        CHAIN_RELEASE = "chain_release", "Chain release"
-        ONESHOT_RELEASE = "oneshot_release", "One-shot release"
-        CEILING = "ceiling", "Ceiling set"
-        SCHEDULE = "schedule", "Schedule set"
-        PAUSE = "pause", "Sales paused"
-        RESUME = "resume", "Sales resumed"
-        RAW_DELETED = "raw_deleted", "Raw value deleted"
+    NONE = "", "None (budget event or chain release)"
+    LDP = "ldp", "epsilon-LDP"
+    ULDP = "uldp", "epsilon-ULDP (utility-optimized: non-sensitive values may be revealed)"
+    PER_REPORT = "per_report_non_collusion", "per-report eps, non-collusion assumption"
 
-    class Guarantee(models.TextChoices):
-        """What a release's epsilon guarantees (docs/budget-rules.md#one-shot-losses-add-up, docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
 
-        Empty for budget events and for chain releases (the gradual-release chain: epsilon-LDP over all
-        buyers together); one-shot releases always name theirs.
-        """
+class LedgerEvent(models.Model):
+    """A budget event of one value in the privacy ledger (append-only): each change of ceiling policy, pause,
+    resume or raw-value deletion, so the audit can recompute ``ceiling(t)`` independently of BudgetAccount.
 
-        NONE = "", "None (budget event or chain release)"
-        LDP = "ldp", "epsilon-LDP"
-        ULDP = "uldp", "epsilon-ULDP (utility-optimized: non-sensitive values may be revealed)"
-        PER_REPORT = "per_report_non_collusion", "per-report eps, non-collusion assumption"
+    Releases are stored compactly (``LedgerRelease``); ledgers written before that kept them here too, and
+    the constraints below still state the release rules.  ``position`` is the entry's place in its block's
+    canonical order (the order its hash covers): ``LedgerEntry`` (the per-value view) orders by it.
+    """
 
-    KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
+    Kind = LedgerKind
+    Guarantee = LedgerGuarantee
 
-    block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="entries")
+    block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="events")
+    position = models.PositiveIntegerField(help_text="The entry's place in its block's canonical (hashed) order.")
     # No index of its own: the (value, id) index below serves every lookup by value.
-    value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_entries", db_index=False)
+    value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_events", db_index=False)
     purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
-                                 related_name="ledger_entries")
+                                 related_name="ledger_events")
     kind = models.CharField(max_length=16, choices=Kind.choices)
     created_at = models.DateTimeField()
     epsilon = models.DecimalField(**EPS, null=True, blank=True)
@@ -234,10 +240,11 @@ class LedgerEntry(models.Model):
                                  help_text="One-shot releases: the guarantee of the epsilon released (in the hash).")
 
     class Meta:
-        verbose_name = "ledger entry"
-        verbose_name_plural = "ledger entries"
-        indexes = [models.Index(fields=["value", "id"]), models.Index(fields=["created_at"])]
+        verbose_name = "ledger event"
+        indexes = [models.Index(fields=["value", "id"], name="accounts_le_value_i_1318d1_idx"),
+                   models.Index(fields=["created_at"], name="accounts_le_created_9596dd_idx")]
         constraints = [
+            models.UniqueConstraint(fields=["block", "position"], name="ledger_event_position_unique"),
             models.CheckConstraint(condition=Q(kind__in=[
                 "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted"]),
                 name="ledger_kind_valid"),
@@ -269,33 +276,198 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         at = f" at ε {self.epsilon.normalize():f}" if self.epsilon is not None else ""
+        return f"Ledger event #{self.pk}: {self.get_kind_display()}{at}, value #{self.value_id}"
+
+
+
+class LedgerRelease(models.Model):
+    """The released values of one purchase in one chain block (or one run of at most ``LDP_CHAIN_BLOCK`` values of
+    an attribute without chains): the compact ledger (docs/budget-rules.md#the-ledger).
+
+    One row holds, as arrays in value-id order, what one ledger entry per value held: each value's id and owner,
+    its losses before and after, the ceiling in force, and the owner's earnings for it (money units of 1/10000;
+    NULL for releases written before earnings were recorded per value: those were paid to the owners' balances
+    at purchase time).  ``position`` is its first value's place in its block's canonical order; ``first_value``
+    and ``last_value`` bound its value ids (an index finds the rows of a value).  The per-value view
+    ``LedgerEntry`` unnests the arrays; the block's hash covers exactly the entries that view shows.
+    """
+
+    block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="releases")
+    position = models.PositiveIntegerField()
+    shard = models.PositiveIntegerField(help_text="The attribute (the ledger shard) of the values.")
+    purchase = models.ForeignKey("market.Purchase", on_delete=models.PROTECT, related_name="ledger_releases",
+                                 db_index=False)
+    chain_block = models.ForeignKey("market.ChainBlock", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+", db_index=False)
+    kind = models.CharField(max_length=16, choices=[("chain_release", "Chain release"),
+                                                    ("oneshot_release", "One-shot release")])
+    guarantee = models.CharField(max_length=32, blank=True, default="")
+    epsilon = models.DecimalField(**EPS)
+    created_at = models.DateTimeField()
+    count = models.PositiveIntegerField()
+    first_value = models.BigIntegerField()
+    last_value = models.BigIntegerField()
+    value_ids = Int64ArrayField()
+    owner_ids = Int64ArrayField()
+    chain_before = Int64ArrayField(help_text="micro-epsilons")
+    chain_after = Int64ArrayField(help_text="micro-epsilons")
+    oneshot_before = Int64ArrayField(help_text="micro-epsilons")
+    oneshot_after = Int64ArrayField(help_text="micro-epsilons")
+    ceiling = Int64ArrayField(help_text="micro-epsilons")
+    earnings = Int64ArrayField(null=True, blank=True, help_text="money units of 1/10000")
+
+    class Meta:
+        indexes = [models.Index(fields=["purchase", "id"], name="ledger_release_purchase"),
+                   models.Index(fields=["block", "position"], name="ledger_release_block"),
+                   models.Index(fields=["shard", "first_value"], name="ledger_release_values")]
+        constraints = [
+            models.CheckConstraint(condition=Q(count__gte=1, first_value__lte=F("last_value"), epsilon__gt=0),
+                                   name="ledger_release_nonempty"),
+            models.CheckConstraint(condition=Q(kind="oneshot_release", guarantee__in=["ldp", "uldp",
+                                                                                       "per_report_non_collusion"])
+                                   | Q(kind="chain_release", guarantee__in=["", "ldp"]),
+                                   name="ledger_release_guarantee"),
+            models.UniqueConstraint(fields=["block", "position"], name="ledger_release_position_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Ledger release #{self.pk}: purchase #{self.purchase_id}, {self.count} values at ε {self.epsilon}"
+
+
+class LedgerEntryQuerySet(models.QuerySet):
+    def of_values(self, value_ids) -> "LedgerEntryQuerySet":
+        """The entries of these values.  On PostgreSQL the compact rows are first narrowed to those whose value-id
+        range holds one of the ids (``&&`` a multirange: the GiST index ``ledger_release_value_range``), so only
+        they are unnested; filtering the view by ``value_id`` alone would unnest every release row."""
+        ids = sorted({int(v) for v in value_ids})
+        qs = self.filter(value_id__in=ids)
+        if ids and connection.vendor == "postgresql":
+            ranges = "{" + ",".join(f"[{v},{v}]" for v in ids) + "}"
+            span = "int8range(accounts_ledgerentry.first_value, accounts_ledgerentry.last_value, '[]')"
+            qs = qs.extra(where=[f"{span} && %s::int8multirange"], params=[ranges])
+        return qs
+
+
+class LedgerEntry(models.Model):
+    """The privacy ledger, one row per value and entry: a SQL view (``accounts_ledgerentry``) over the budget
+    events (``LedgerEvent``) and the compact releases (``LedgerRelease``, unnested), read-only.
+
+    A release row records the epsilon released, the losses before and after, the ceiling in force and the
+    owner's earnings; budget rows record each change of ceiling policy.  ``id`` is ``block id * 2**24 +
+    position``: ordering by id is the ledger's order, block by block, in the order each block's hash covers.
+    """
+
+    Kind = LedgerKind
+    Guarantee = LedgerGuarantee
+
+    KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
+
+    KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
+    RELEASE_KINDS = ("chain_release", "oneshot_release")
+
+    id = models.BigIntegerField(primary_key=True)
+    block = models.ForeignKey(LedgerBlock, on_delete=models.DO_NOTHING, related_name="entries", db_constraint=False)
+    value = models.ForeignKey("market.Value", on_delete=models.DO_NOTHING, related_name="ledger_entries",
+                              db_constraint=False)
+    purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.DO_NOTHING,
+                                 related_name="ledger_entries", db_constraint=False)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField()
+    epsilon = models.DecimalField(**EPS, null=True, blank=True)
+    chain_loss_before = models.DecimalField(**EPS)
+    chain_loss_after = models.DecimalField(**EPS)
+    oneshot_loss_before = models.DecimalField(**EPS)
+    oneshot_loss_after = models.DecimalField(**EPS)
+    ceiling = models.DecimalField(**EPS, help_text="Ceiling in force after this entry.")
+    schedule_start = models.DecimalField(**EPS, null=True, blank=True)
+    schedule_cap = models.DecimalField(**EPS, null=True, blank=True)
+    schedule_start_at = models.DateTimeField(null=True, blank=True)
+    schedule_end_at = models.DateTimeField(null=True, blank=True)
+    schedule_shape = models.CharField(max_length=8, blank=True)
+    schedule_steps = models.PositiveIntegerField(null=True, blank=True)
+    guarantee = models.CharField(max_length=32, blank=True, default="", choices=Guarantee.choices,
+                                 help_text="One-shot releases: the guarantee of the epsilon released (in the hash).")
+    earning = models.DecimalField(**MONEY, null=True, blank=True,
+                                  help_text="Releases: the owner's earnings for this value (not set before 2026-11).")
+    first_value = models.BigIntegerField(help_text="The lowest value id of the compact row holding this entry.")
+    last_value = models.BigIntegerField(help_text="The highest value id of the compact row holding this entry.")
+
+    objects = LedgerEntryQuerySet.as_manager()
+
+    class Meta:
+        managed = False
+        db_table = "accounts_ledgerentry"
+        verbose_name = "ledger entry"
+        verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        at = f" at ε {self.epsilon.normalize():f}" if self.epsilon is not None else ""
         return f"Ledger entry #{self.pk}: {self.get_kind_display()}{at}, value #{self.value_id}"
 
 
+
 class MoneyAccount(models.Model):
-    """A balance in Decimal: a buyer's credit, an owner's earnings, or the platform's fees."""
+    """A balance in Decimal: a buyer's credit, an owner's earnings, the platform's fees, or the owners' earnings
+    from one attribute's sales awaiting settlement (``owners_pending``, one per ``shard``: docs/money.md#settlement)."""
 
     class Kind(models.TextChoices):
         BUYER_CREDIT = "buyer_credit", "Buyer credit"
         OWNER_EARNINGS = "owner_earnings", "Owner earnings"
         PLATFORM = "platform", "Platform fees"
+        OWNERS_PENDING = "owners_pending", "Owners' earnings awaiting settlement"
 
     user = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="money_accounts")
     kind = models.CharField(max_length=16, choices=Kind.choices)
+    shard = models.PositiveIntegerField(null=True, blank=True,
+                                        help_text="Owners' pending earnings: the attribute whose sales they are.")
     balance = models.DecimalField(**MONEY, default=0)
 
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(balance__gte=0), name="money_balance_nonnegative"),
             models.UniqueConstraint(fields=["user", "kind"], name="money_one_account_per_kind"),
-            models.UniqueConstraint(fields=["kind"], condition=Q(user__isnull=True), name="money_one_platform_account"),
-            models.CheckConstraint(condition=Q(kind="platform", user__isnull=True)
-                                   | (~Q(kind="platform") & Q(user__isnull=False)), name="money_account_owner"),
+            models.UniqueConstraint(fields=["kind"], condition=Q(kind="platform"), name="money_one_platform_account"),
+            models.UniqueConstraint(fields=["shard"], condition=Q(kind="owners_pending"),
+                                    name="money_one_pending_account_per_shard"),
+            models.CheckConstraint(condition=Q(kind="platform", user__isnull=True, shard__isnull=True)
+                                   | Q(kind="owners_pending", user__isnull=True, shard__isnull=False)
+                                   | (~Q(kind__in=["platform", "owners_pending"]) & Q(user__isnull=False,
+                                                                                      shard__isnull=True)),
+                                   name="money_account_owner"),
         ]
 
     def __str__(self) -> str:
+        if self.kind == self.Kind.OWNERS_PENDING:
+            return f"{self.get_kind_display()} account #{self.pk} of attribute #{self.shard}"
         whose = f"user #{self.user_id}" if self.user_id else "the platform"
         return f"{self.get_kind_display()} account #{self.pk} of {whose}"
+
+
+class Settlement(models.Model):
+    """One batch of owners' earnings settled into their balances (docs/money.md#settlement): the compact ledger
+    rows (``LedgerRelease``) of attribute ``shard`` with ids in ``(after_release, through_release]``, each owner
+    credited the exact sum of their values' earnings in them, the shard's ``owners_pending`` account debited the
+    total.  Settlements of a shard follow each other without gap or overlap: ``UNIQUE (shard, after_release)``
+    refuses two settlements of the same rows even without the pending account's lock; on PostgreSQL a deferred
+    trigger checks that a settlement's money entries sum to zero."""
+
+    shard = models.PositiveIntegerField()
+    after_release = models.BigIntegerField(help_text="The last release row settled before (0: none).")
+    through_release = models.BigIntegerField(help_text="The last release row this settlement covers.")
+    releases = models.PositiveIntegerField(help_text="How many release rows it covers.")
+    owners = models.PositiveIntegerField(help_text="How many owners it credits.")
+    amount = models.DecimalField(**MONEY)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["shard", "after_release"], name="settlement_no_overlap"),
+            models.CheckConstraint(condition=Q(through_release__gt=F("after_release"), amount__gte=0),
+                                   name="settlement_range"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Settlement #{self.pk} of attribute #{self.shard}: {format_money(self.amount)}"
 
 
 class MoneyEntry(models.Model):
@@ -304,10 +476,14 @@ class MoneyEntry(models.Model):
     account = models.ForeignKey(MoneyAccount, on_delete=models.PROTECT, related_name="entries")
     purchase = models.ForeignKey("market.Purchase", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="money_entries")
+    settlement = models.ForeignKey(Settlement, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="entries")
+
     class Kind(models.TextChoices):
         TOPUP = "topup", "Top-up"
         PURCHASE = "purchase", "Purchase"
         EARNING = "earning", "Earning"
+        SETTLEMENT = "settlement", "Settlement"
         PAYOUT = "payout", "Payout"
         FEE = "fee", "Platform fee"
         ADJUSTMENT = "adjustment", "Adjustment"

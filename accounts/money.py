@@ -11,20 +11,27 @@ and writes one ``MoneyEntry`` per movement with the balance after it, so the aud
   payout never exceeds it, and held money cannot be spent twice;
 * ``payout_settle`` records that a held payout was paid (no money moves: it already left the earnings account;
   a payment provider would be called here, see docs/money.md);
-* ``payout_reject`` credits a held payout back to the owner (kind ``payout``, positive).
+* ``payout_reject`` credits a held payout back to the owner (kind ``payout``, positive);
+* ``earnings_settle`` settles one attribute's owners' earnings from the compact ledger into their balances
+  (a ``Settlement``: kind ``earning`` per owner, ``settlement`` on the attribute's pending account).
 """
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
+import numpy as np
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ldpmarket import money as money_display
+from ldpmarket import pgbinary, storage
 from ldpmarket.problems import MoneyError, NotABuyer, PayoutRefused, TopUpConflict
 
-from . import roles
-from .models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+from . import ledger, roles
+from .models import MoneyAccount, MoneyEntry, PayoutRequest, Settlement, TopUp, User
+
+#: Money in integer units of 1/10000 (balances are NUMERIC(16, 4)).
+UNITS = 10_000
 
 CENT = Decimal("0.01")
 #: The largest amount one movement may carry (balances are NUMERIC(16, 4)).
@@ -159,3 +166,87 @@ def payout_reject(*, payout_id: int, by: User | None, note: str = "") -> PayoutR
         payout.decided_at, payout.decided_by, payout.note = timezone.now(), by, note[:200]
         payout.save(update_fields=["status", "decided_at", "decided_by", "note", "release"])
         return payout
+
+
+# ----------------------------------------------------------------------------------------------- settlements
+
+#: Most compact ledger rows one settlement covers (a row holds at most ``LDP_CHAIN_BLOCK`` values).
+SETTLE_ROWS = 2000
+
+
+def earnings_settle(*, shard: int, max_rows: int = SETTLE_ROWS) -> Settlement | None:
+    """Settle the owners' earnings of attribute ``shard``'s sales not settled yet (docs/money.md#settlement).
+
+    One transaction: lock the attribute's pending account (purchases write their ledger rows under it, so every
+    row not yet settled is visible once it is held), read the compact ledger rows after the last settlement's
+    (at most ``max_rows``), sum each owner's earnings in them exactly (integer units, ``np.bincount``), lock the
+    owners' earnings accounts by id, credit each its sum, debit the pending account the total and record the
+    ``Settlement``.  Idempotent: with nothing to settle, nothing is written and ``None`` is returned.  The lock order
+    is the purchases' (the pending account before any owner's), and ``UNIQUE (shard, after_release)`` refuses a
+    second settlement of the same rows even without the lock.
+    """
+    Kind = MoneyAccount.Kind
+    with transaction.atomic():
+        pending = (MoneyAccount.objects.select_for_update()
+                   .filter(kind=Kind.OWNERS_PENDING, shard=shard).first())
+        if pending is None:
+            return None
+        after = (Settlement.objects.filter(shard=shard).order_by("-through_release")
+                 .values_list("through_release", flat=True).first()) or 0
+        through, rows, owners, earnings = ledger.release_earnings(shard=shard, after=after, max_rows=max_rows)
+        if rows == 0:
+            return None
+        paid = earnings > 0
+        users, per_user = np.unique(owners[paid], return_inverse=True)
+        sums = np.bincount(per_user, weights=earnings[paid], minlength=users.size).astype(np.int64)
+        # exact: bincount adds in float64; every sum is below 2**53 units (balances are NUMERIC(16, 4))
+        total = int(sums.sum())
+        now = timezone.now()
+        settlement = Settlement.objects.create(shard=shard, after_release=after, through_release=through,
+                                               releases=rows, owners=int(users.size),
+                                               amount=Decimal(total).scaleb(-4), created_at=now)
+        if total:
+            _settle_money(settlement, pending, users, sums, total, now)
+        return settlement
+
+
+def _settle_money(settlement: Settlement, pending: MoneyAccount, users: np.ndarray, sums: np.ndarray, total: int,
+                  now) -> None:
+    """Credit each owner's earnings account its sum and debit the pending account the total: set-based (one
+    locking SELECT of the owners' accounts by id, one UPDATE from a COPY, one COPY of the entries)."""
+    rows = storage.lock_or_create(MoneyAccount._meta.db_table, "user_id", users,
+                                  select=f"user_id, id, CAST(round(balance * {UNITS}) AS bigint)",
+                                  match={"kind": MoneyAccount.Kind.OWNER_EARNINGS.value}, defaults={"balance": 0})
+    got = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    got = got[np.argsort(got[:, 0], kind="stable")]
+    pos = np.searchsorted(got[:, 0], users)
+    ids, after = got[pos, 1], got[pos, 2] + sums
+    pending_after = int((pending.balance * UNITS).to_integral_value()) - total
+    ids = np.append(ids, pending.id)
+    moves = np.append(sums, -total)
+    after = np.append(after, pending_after)
+    Col = pgbinary.Column
+    updated = storage.update_columns(MoneyAccount._meta.db_table, "id",
+                                     {"id": Col.int8(ids), "balance": Col.numeric(after, 4)}, ids.size,
+                                     types={"id": "bigint", "balance": "numeric(16, 4)"}, temp="ldp_settle_after")
+    if updated != ids.size:
+        raise RuntimeError(f"money moved for {updated} accounts instead of {ids.size}")
+    debit = np.zeros(ids.size, dtype=np.int64)
+    debit[-1] = 1
+    storage.write_columns(MoneyEntry._meta.db_table, {
+        "account_id": Col.int8(ids),
+        "settlement_id": Col.int8(np.full(ids.size, settlement.id)),
+        "amount": Col.numeric(moves, 4),
+        "balance_after": Col.numeric(after, 4),
+        "memo": Col.text(debit, ("settled earnings", f"settlement {settlement.id}")),
+        "kind": Col.text(debit, (MoneyEntry.Kind.EARNING.value, MoneyEntry.Kind.SETTLEMENT.value)),
+        "created_at": Col.timestamp(np.full(ids.size, ledger.micros(now)))}, ids.size)
+
+
+def settle_all(*, max_rows: int = SETTLE_ROWS) -> int:
+    """Settle every attribute with unsettled earnings (beat); the number of settlements made."""
+    made = 0
+    for shard in MoneyAccount.objects.filter(kind=MoneyAccount.Kind.OWNERS_PENDING).values_list("shard", flat=True):
+        while earnings_settle(shard=shard, max_rows=max_rows) is not None:
+            made += 1
+    return made

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from . import roles
-from .models import MoneyAccount, MoneyEntry, PayoutRequest
+from .models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
 
 #: The account each role has: a buyer's credit, an owner's earnings; staff and auditors have none of their own.
 KIND_OF_ROLE = {"buyer": MoneyAccount.Kind.BUYER_CREDIT, "owner": MoneyAccount.Kind.OWNER_EARNINGS}
@@ -23,8 +23,23 @@ def balance(user, kind: str) -> Decimal:
     return found if found is not None else Decimal("0")
 
 
+def unsettled_earnings(owner) -> Decimal:
+    """What ``owner`` has earned and not yet received in their balance (docs/money.md#settlement): the per-value
+    earnings the compact ledger records for their values, less what settlements credited them -- exact, since each
+    settlement credits exactly the earnings of the ledger rows it covers."""
+    from django.apps import apps
+
+    value_ids = apps.get_model("market", "Value").objects.filter(owner=owner).values_list("id", flat=True)
+    recorded = (LedgerEntry.objects.of_values(list(value_ids)).filter(earning__isnull=False)
+                .aggregate(total=Sum("earning"))["total"]) or Decimal("0")
+    settled = (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                         settlement__isnull=False).aggregate(total=Sum("amount"))["total"]
+               ) or Decimal("0")
+    return recorded - settled
+
+
 def platform_balance() -> Decimal:
-    found = (MoneyAccount.objects.filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
+    found = (MoneyAccount.objects.filter(kind=MoneyAccount.Kind.PLATFORM)
              .values_list("balance", flat=True).first())
     return found if found is not None else Decimal("0")
 

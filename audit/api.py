@@ -46,8 +46,8 @@ class LedgerEntrySerializer(serializers.ModelSerializer):
         model = LedgerEntry
         fields = ["id", "block", "block_hash", "created_at", "kind", "value", "attribute", "owner", "purchase", "buyer",
                   "mechanism", "epsilon", "guarantee", "guarantee_label", "chain_loss_before", "chain_loss_after",
-                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap",
-                  "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps"]
+                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "earning", "schedule_start",
+                  "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps"]
         read_only_fields = fields
 
     def get_guarantee_label(self, obj) -> str:

@@ -69,13 +69,12 @@ from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
 from .chains import check_chains
 from .hashchain import check_checkpoints, check_hash_chain
-from .money import check_money, check_topups_payouts
+from .money import check_money, check_settlements, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
 from .replay import check_replay
 from .report import AuditReport, Recorder
 from .tables import (read_blocks, read_budgets, read_checkpoints, read_chunks, read_entries, read_heads, read_money,
-                     read_purchases,
-                     read_topups_payouts, read_values)
+                     read_purchases, read_release_values, read_settlements, read_topups_payouts, read_values)
 
 
 def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime | None = None) -> AuditReport:
@@ -94,6 +93,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         chunks = read_chunks()
         accounts, money = read_money()
         topups, payouts = read_topups_payouts()
+        settlements = read_settlements()
+        release_values = read_release_values()
         check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
@@ -105,6 +106,7 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
     check_oneshot_losses(rec, e, budgets)
     check_money(rec, e, purchases, values, accounts, money, payouts)
     check_topups_payouts(rec, accounts, money, topups, payouts)
+    check_settlements(rec, purchases, values, accounts, money, settlements, release_values)
 
     stats = {"blocks": int(blocks["id"].size), "shards": int(np.unique(blocks["shard"]).size),
              "checkpoints": len(checkpoints), "ledger_entries": int(e["id"].size),

@@ -17,11 +17,12 @@ K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW = (KINDS.ind
     "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted"))
 SHAPES = ledger.SHAPES  # "", "linear", "steps"
 MONEY_UNITS = 10_000
-ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform
-A_BUYER, A_OWNER, A_PLATFORM = (ACCOUNT_KINDS.index(k) for k in ("buyer_credit", "owner_earnings", "platform"))
-MONEY_KINDS = list(MoneyEntry.Kind.values)  # topup, purchase, earning, payout, fee, adjustment
-M_TOPUP, M_PURCHASE, M_EARNING, M_PAYOUT, M_FEE, M_ADJUST = (MONEY_KINDS.index(k) for k in (
-    "topup", "purchase", "earning", "payout", "fee", "adjustment"))
+ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform, owners_pending
+A_BUYER, A_OWNER, A_PLATFORM, A_PENDING = (ACCOUNT_KINDS.index(k) for k in (
+    "buyer_credit", "owner_earnings", "platform", "owners_pending"))
+MONEY_KINDS = list(MoneyEntry.Kind.values)  # topup, purchase, earning, settlement, payout, fee, adjustment
+M_TOPUP, M_PURCHASE, M_EARNING, M_SETTLEMENT, M_PAYOUT, M_FEE, M_ADJUST = (MONEY_KINDS.index(k) for k in (
+    "topup", "purchase", "earning", "settlement", "payout", "fee", "adjustment"))
 PAYOUT_STATUSES = list(PayoutRequest.Status.values)  # requested, settled, rejected
 P_REJECTED = PAYOUT_STATUSES.index("rejected")
 STATUSES = ["pending", "running", "completed", "failed"]

@@ -17,12 +17,13 @@ from . import sql
 EXPORT_HEADER = ["entry_id", "block_id", "created_at", "kind", "value_id", "attribute_id", "owner_id", "owner",
                  "purchase_id", "buyer_id", "buyer", "epsilon", "chain_loss_before", "chain_loss_after",
                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap",
-                 "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee", "mechanism"]
+                 "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee", "mechanism",
+                 "earning"]
 _EXPORT_SOURCES = ["id", "block_id", "created_at", "kind", "value_id", "value__attribute_id", "value__owner_id",
                    "value__owner__username", "purchase_id", "purchase__buyer_id", "purchase__buyer__username",
                    "epsilon", "chain_loss_before", "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after",
                    "ceiling", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at",
-                   "schedule_shape", "schedule_steps", "guarantee", "purchase__mechanism"]
+                   "schedule_shape", "schedule_steps", "guarantee", "purchase__mechanism", "earning"]
 _EXPORT_TIMES = {"created_at", "schedule_start_at", "schedule_end_at"}
 _EXPORT_BLANKS = {"schedule_shape", "guarantee"}  # text columns whose "" the CSV writes as nothing
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from accounts.models import LedgerEntry
+from market.models import Value
 
 
 def parse_when(value: str) -> datetime:
@@ -61,10 +62,10 @@ class UserRefFilter(django_filters.CharFilter):
 
 
 class LedgerEntryFilter(django_filters.FilterSet):
-    owner = UserRefFilter(path="value__owner", help_text="owner id or username")
+    owner = django_filters.CharFilter(method="of_owner", help_text="owner id or username")
     buyer = UserRefFilter(path="purchase__buyer", help_text="buyer id or username")
     attribute = django_filters.NumberFilter(field_name="value__attribute_id", help_text="attribute id")
-    value = django_filters.NumberFilter(field_name="value_id", help_text="value id")
+    value = django_filters.NumberFilter(method="of_value", help_text="value id")
     purchase = django_filters.NumberFilter(field_name="purchase_id", help_text="purchase id")
     kind = django_filters.ChoiceFilter(choices=LedgerEntry.Kind.choices)
     guarantee = django_filters.ChoiceFilter(choices=[c for c in LedgerEntry.Guarantee.choices if c[0]],
@@ -73,6 +74,23 @@ class LedgerEntryFilter(django_filters.FilterSet):
                                help_text="ISO 8601 date or date-time, inclusive")
     created_before = WhenFilter(field_name="created_at", lookup_expr="lt",
                                 help_text="ISO 8601 date or date-time, exclusive")
+
+    def of_value(self, qs, name, value):
+        """One value's entries (``LedgerEntry.objects.of_values``: only the compact rows holding it are read)."""
+        if value in (None, ""):
+            return qs
+        if value != int(value) or not 0 < value < 2 ** 63:
+            return qs.none()
+        return qs.of_values([int(value)])
+
+    def of_owner(self, qs, name, value):
+        """The entries of an owner's values, the owner given by id or username."""
+        value = (value or "").strip()
+        if not value:
+            return qs
+        by_id = value.isdigit() and int(value) < 2 ** 63
+        values = Value.objects.filter(**({"owner_id": int(value)} if by_id else {"owner__username": value}))
+        return qs.of_values(list(values.values_list("id", flat=True)))
 
     class Meta:
         model = LedgerEntry

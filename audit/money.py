@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codes import (A_BUYER, A_OWNER, A_PLATFORM, ACCOUNT_KINDS, K_CHAIN, K_ONESHOT, M_ADJUST, M_EARNING, M_FEE,
-                    M_PAYOUT, M_PURCHASE, M_TOPUP, MONEY_KINDS, P_REJECTED, PAYOUT_STATUSES, S_COMPLETED)
+from .codes import (A_BUYER, A_OWNER, A_PENDING, A_PLATFORM, ACCOUNT_KINDS, K_CHAIN, K_ONESHOT, M_ADJUST, M_EARNING,
+                    M_FEE, M_PAYOUT, M_PURCHASE, M_SETTLEMENT, M_TOPUP, MONEY_KINDS, P_REJECTED, PAYOUT_STATUSES,
+                    S_COMPLETED)
 from .report import Recorder, money_text
 from .tables import lookup
 
@@ -66,8 +67,11 @@ def check_money(rec: Recorder, e, p, values, a, m, payouts) -> None:
     rec.check(S, "money entries name existing purchases", with_p & ~pfound, int(with_p.sum()),
               lambda i: f"money entry {m['id'][i]} names purchase {m['purchase'][i]}, which does not exist")
     returned = np.isin(m["id"], payouts["release"])  # a rejected payout credits the owner's earnings back
-    unexplained = ~with_p & ((kind == A_OWNER) | (kind == A_PLATFORM)) & (m["amount"] > 0) & ~returned
-    rec.check(S, "earnings and fees are credited only by purchases", unexplained, int((~with_p).sum()),
+    settled = m["settlement"] >= 0
+    unexplained = (~with_p & ((kind == A_OWNER) | (kind == A_PLATFORM) | (kind == A_PENDING)) & (m["amount"] > 0)
+                   & ~returned & ~(settled & (kind == A_OWNER)))
+    rec.check(S, "earnings and fees are credited only by purchases and settlements", unexplained,
+              int((~with_p).sum()),
               lambda i: f"money entry {m['id'][i]}: {money_text(m['amount'][i])} credited to account {m['account'][i]} "
                         f"({ACCOUNT_KINDS[kind[i]]}) without a purchase")
     pm = np.flatnonzero(with_p & pfound)
@@ -142,15 +146,21 @@ def check_topups_payouts(rec: Recorder, a, m, t, po) -> None:
               lambda i: f"money entry {m['id'][i]}: {money_text(m['amount'][i])} "
                         f"({MONEY_KINDS[m['kind'][i]] if m['kind'][i] >= 0 else '?'}) on account {m['account'][i]} "
                         f"without a record")
-    of_sale = (m["kind"] == M_PURCHASE) | (m["kind"] == M_FEE) | (m["kind"] == M_EARNING)
-    expected = np.select([kind == A_BUYER, kind == A_PLATFORM, kind == A_OWNER], [M_PURCHASE, M_FEE, M_EARNING], -1)
     with_p = m["purchase"] >= 0
-    bad = (m["kind"] < 0) | (of_sale != with_p) | (with_p & (m["kind"] != expected))
-    rec.check(S, "purchases' movements (purchase, fee, earning) name their purchase, and only they do", bad, nm,
+    with_s = m["settlement"] >= 0
+    of_sale = (m["kind"] == M_PURCHASE) | (m["kind"] == M_FEE) | (m["kind"] == M_EARNING) | (m["kind"] == M_SETTLEMENT)
+    expected = np.select([kind == A_BUYER, kind == A_PLATFORM, (kind == A_OWNER) | (kind == A_PENDING)],
+                         [M_PURCHASE, M_FEE, M_EARNING], -1)
+    expected = np.where(with_s & (kind == A_PENDING), M_SETTLEMENT, expected)
+    bad = ((m["kind"] < 0) | (of_sale != (with_p ^ with_s)) | ((with_p | with_s) & (m["kind"] != expected))
+           | (with_s & (kind != A_OWNER) & (kind != A_PENDING)) | (with_p & (m["kind"] == M_SETTLEMENT)))
+    rec.check(S, "purchases' and settlements' movements (purchase, fee, earning, settlement) name their purchase "
+                 "or settlement, and only they do", bad, nm,
               lambda i: f"money entry {m['id'][i]}: kind "
                         f"{MONEY_KINDS[m['kind'][i]] if m['kind'][i] >= 0 else 'unknown'} on a "
                         f"{ACCOUNT_KINDS[kind[i]] if kind[i] >= 0 else '?'} account, purchase "
-                        f"{m['purchase'][i] if with_p[i] else 'none'}")
+                        f"{m['purchase'][i] if with_p[i] else 'none'}, settlement "
+                        f"{m['settlement'][i] if with_s[i] else 'none'}")
     inflow = int(m["amount"][(m["kind"] == M_TOPUP) | (m["kind"] == M_ADJUST)].sum())
     outflow = -int(m["amount"][m["kind"] == M_PAYOUT].sum())
     held = int(a["balance"].sum())
@@ -158,3 +168,108 @@ def check_topups_payouts(rec: Recorder, a, m, t, po) -> None:
               np.array([held != inflow - outflow]), 1,
               lambda i: f"balances add up to {money_text(held)}; top-ups and deposits {money_text(inflow)} less payouts "
                         f"{money_text(outflow)} make {money_text(inflow - outflow)}")
+
+
+def check_settlements(rec: Recorder, p, values, a, m, st, rv) -> None:
+    """Owners' earnings from the compact ledger and their settlement (docs/money.md#settlement): each release's
+    owner is its value's owner; each purchase credits its attribute's pending account exactly the earnings its
+    ledger rows record; each attribute's settlements cover its release rows in order without gap or overlap; each
+    credits every owner exactly their values' earnings in the rows it covers and debits the pending account their
+    total; and each pending account holds exactly the earnings not settled yet."""
+    S = "Money"
+    nm, nv = m["id"].size, rv["row"].size
+    vpos, vfound = lookup(values["id"], rv["value"])
+    bad = ~vfound | (np.where(vfound, values["owner"][vpos] if values["id"].size else -1, -1) != rv["owner"])
+    rec.check(S, "each released value's owner in the ledger is the value's owner", bad, nv,
+              lambda i: f"release row {rv['row'][i]}: value {rv['value'][i]} recorded as owned by {rv['owner'][i]}")
+    recorded = rv["earning"] >= 0
+    rec.check(S, "recorded earnings are never negative", rv["earning"] < -1, nv,
+              lambda i: f"release row {rv['row'][i]}: value {rv['value'][i]} earned {money_text(rv['earning'][i])}")
+    apos, afound = lookup(a["id"], m["account"])
+    kind = np.where(afound, a["kind"][apos], -1)
+    shard_of = np.where(afound, a["shard"][apos], -1)
+    user = np.where(afound, a["user"][apos], -2)
+
+    # Per purchase: credit to the pending account = the recorded earnings of its values.
+    pids = p["id"]
+    credited = np.zeros(pids.size, dtype=np.int64)
+    earned = np.zeros(pids.size, dtype=np.int64)
+    has_record = np.zeros(pids.size, dtype=bool)
+    pend = (kind == A_PENDING) & (m["purchase"] >= 0)
+    q, qf = lookup(pids, m["purchase"][pend])
+    np.add.at(credited, q[qf], m["amount"][pend][qf])
+    r, rf = lookup(pids, rv["purchase"][recorded])
+    np.add.at(earned, r[rf], rv["earning"][recorded][rf])
+    has_record[r[rf]] = True
+    bad = (has_record | (credited != 0)) & (credited != earned)
+    rec.check(S, "per purchase: the owners' pending credit equals the earnings its ledger rows record", bad,
+              pids.size, lambda i: f"purchase {pids[i]}: pending account credited {money_text(credited[i])}, ledger "
+                                   f"records {money_text(earned[i])} of earnings")
+    # A purchase credits its own attribute's pending account.
+    wrong = np.zeros(nm, dtype=bool)
+    ppos, pfound = lookup(pids, m["purchase"])
+    wrong[pend] = ~pfound[pend] | (shard_of[pend] != np.where(pfound, p["attribute"][ppos], -1)[pend])
+    rec.check(S, "a purchase credits the pending account of its own attribute", wrong, int(pend.sum()),
+              lambda i: f"money entry {m['id'][i]}: purchase {m['purchase'][i]} credits the pending account of "
+                        f"attribute {shard_of[i]}")
+
+    # Settlements follow each other per shard.
+    ns = st["id"].size
+    order = np.lexsort((st["after"], st["shard"]))
+    gap = np.zeros(ns, dtype=bool)
+    if ns:
+        sh, af, th = st["shard"][order], st["after"][order], st["through"][order]
+        first = np.ones(ns, dtype=bool)
+        first[1:] = sh[1:] != sh[:-1]
+        prev_through = np.where(first, 0, np.roll(th, 1))
+        gap[order] = (af != prev_through) | (th <= af)
+    rec.check(S, "each attribute's settlements follow each other without gap or overlap", gap, ns,
+              lambda i: f"settlement {st['id'][i]} of attribute {st['shard'][i]} covers release rows "
+                        f"({st['after'][i]}, {st['through'][i]}]")
+    # Expected credits per (settlement, owner) from the release rows.
+    spos = np.full(nv, -1, dtype=np.int64)
+    for j in range(ns):  # one vectorized mask per settlement (settlements are few: each covers many rows)
+        inside = (rv["shard"] == st["shard"][j]) & (rv["row"] > st["after"][j]) & (rv["row"] <= st["through"][j])
+        spos[inside] = j
+    use = recorded & (spos >= 0) & (rv["earning"] > 0)
+    key_want = spos[use] * (1 << 40) + rv["owner"][use]
+    kw, inv = np.unique(key_want, return_inverse=True)
+    want = np.bincount(inv, weights=rv["earning"][use], minlength=kw.size).astype(np.int64)
+    cred = (m["settlement"] >= 0) & (kind == A_OWNER)
+    s_of, s_found = lookup(st["id"], m["settlement"][cred])
+    key_got = np.where(s_found, s_of, -1) * (1 << 40) + user[cred]
+    kg, ginv = np.unique(key_got, return_inverse=True)
+    got = np.bincount(ginv, weights=m["amount"][cred], minlength=kg.size).astype(np.int64)
+    keys = np.union1d(kw, kg)
+    w = np.zeros(keys.size, dtype=np.int64)
+    g = np.zeros(keys.size, dtype=np.int64)
+    w[np.searchsorted(keys, kw)] = want
+    g[np.searchsorted(keys, kg)] = got
+    bad = w != g
+    rec.check(S, "each settlement credits every owner exactly their values' earnings in the rows it covers", bad,
+              keys.size, lambda i: f"settlement {st['id'][keys[i] >> 40] if keys[i] >= 0 else '?'}, owner "
+                                   f"{keys[i] & ((1 << 40) - 1)}: credited {money_text(g[i])}, earned "
+                                   f"{money_text(w[i])}")
+    debit = np.zeros(ns, dtype=np.int64)
+    deb = (m["settlement"] >= 0) & (kind == A_PENDING)
+    d_of, d_found = lookup(st["id"], m["settlement"][deb])
+    np.add.at(debit, d_of[d_found], -m["amount"][deb][d_found])
+    total = np.zeros(ns, dtype=np.int64)
+    c_of, c_found = lookup(st["id"], m["settlement"][cred])
+    np.add.at(total, c_of[c_found], m["amount"][cred][c_found])
+    bad = (debit != st["amount"]) | (total != st["amount"])
+    rec.check(S, "each settlement debits its attribute's pending account what it credits the owners", bad, ns,
+              lambda i: f"settlement {st['id'][i]}: amount {money_text(st['amount'][i])}, pending debited "
+                        f"{money_text(debit[i])}, owners credited {money_text(total[i])}")
+    # Each pending account holds its shard's unsettled earnings.
+    pa = np.flatnonzero(a["kind"] == A_PENDING)
+    last = {int(sh): int(th) for sh, th in zip(st["shard"][order], st["through"][order])}
+    held = np.zeros(pa.size, dtype=np.int64)
+    for k, j in enumerate(pa.tolist()):
+        shard = int(a["shard"][j])
+        open_rows = recorded & (rv["shard"] == shard) & (rv["row"] > last.get(shard, 0))
+        held[k] = int(rv["earning"][open_rows].sum())
+    rec.check(S, "each attribute's pending account holds exactly its earnings not settled yet",
+              held != a["balance"][pa], pa.size,
+              lambda k: f"pending account {a['id'][pa[k]]} of attribute {a['shard'][pa[k]]}: balance "
+                        f"{money_text(a['balance'][pa[k]])}, unsettled earnings {money_text(held[k])}")

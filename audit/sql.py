@@ -92,6 +92,20 @@ def fetch_ints(select: list[str], table: str, order: str = "id") -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), k)
 
 
+def release_values() -> str:
+    """A table expression: one row per value of every compact ledger release row, with ``row_id, k`` (its place in
+    the row), ``shard, purchase, value, owner`` and ``earning`` (-1 when not recorded).  PostgreSQL unnests the
+    arrays; SQLite walks the JSON arrays."""
+    if postgresql():
+        return ("(SELECT r.id AS row_id, u.k, r.shard, r.purchase_id AS purchase, u.v AS value, u.o AS owner, "
+                "COALESCE(u.e, -1) AS earning FROM accounts_ledgerrelease r CROSS JOIN LATERAL "
+                "unnest(r.value_ids, r.owner_ids, r.earnings) WITH ORDINALITY AS u(v, o, e, k)) x")
+    at = lambda col: f"json_extract(r.{col}, '$[' || j.key || ']')"  # noqa: E731
+    return (f"(SELECT r.id AS row_id, j.key AS k, r.shard AS shard, r.purchase_id AS purchase, j.value AS value, "
+            f"{at('owner_ids')} AS owner, COALESCE({at('earnings')}, -1) AS earning "
+            f"FROM accounts_ledgerrelease r, json_each(r.value_ids) j) x")
+
+
 def fetch_rows(sql: str) -> list[tuple]:
     """The rows of one query, as the driver returns them."""
     with connection.cursor() as cur:

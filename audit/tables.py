@@ -9,13 +9,13 @@ import numpy as np
 
 from accounts import ledger
 from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry,
-                             LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest,
+                             LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest, Settlement,
                              TopUp)
 from market.models import Purchase, PurchaseChunk, Value
 
 from .codes import (ACCOUNT_KINDS, GUARANTEES, KINDS, MECHANISMS, MONEY_KINDS, PAYOUT_STATUSES, SHAPES,
                     STATUSES)
-from .sql import code, fetch_ints, fetch_rows, flag, integer, micro, timestamp_us, units
+from .sql import code, fetch_ints, fetch_rows, flag, integer, micro, release_values, timestamp_us, units
 
 
 def _cols(arr: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
@@ -117,11 +117,28 @@ def read_chunks() -> dict[str, np.ndarray]:
 
 def read_money() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     accounts = _cols(fetch_ints(["id", code("kind", ACCOUNT_KINDS), integer("COALESCE(user_id, -1)"),
-                                 units("balance")], MoneyAccount._meta.db_table), ["id", "kind", "user", "balance"])
+                                 units("balance"), integer("COALESCE(shard, -1)")], MoneyAccount._meta.db_table),
+                     ["id", "kind", "user", "balance", "shard"])
     entries = _cols(fetch_ints(["id", "account_id", integer("COALESCE(purchase_id, -1)"), units("amount"),
-                                units("balance_after"), code("kind", MONEY_KINDS)], MoneyEntry._meta.db_table),
-                    ["id", "account", "purchase", "amount", "balance_after", "kind"])
+                                units("balance_after"), code("kind", MONEY_KINDS),
+                                integer("COALESCE(settlement_id, -1)")], MoneyEntry._meta.db_table),
+                    ["id", "account", "purchase", "amount", "balance_after", "kind", "settlement"])
     return accounts, entries
+
+
+def read_settlements() -> dict[str, np.ndarray]:
+    """The settlements of owners' earnings (docs/money.md#settlement), in id order."""
+    return _cols(fetch_ints(["id", "shard", "after_release", "through_release", "releases", "owners", units("amount")],
+                            Settlement._meta.db_table),
+                 ["id", "shard", "after", "through", "releases", "owners", "amount"])
+
+
+def read_release_values() -> dict[str, np.ndarray]:
+    """Every value of every compact release row (``LedgerRelease``): its row id, shard, purchase, value, owner and
+    recorded earnings (-1: not recorded, a release from before earnings were recorded per value), in row order."""
+    return _cols(fetch_ints(["row_id", "shard", "purchase", "value", "owner", "earning"], release_values(),
+                            order="row_id, k"),
+                 ["row", "shard", "purchase", "value", "owner", "earning"])
 
 
 def read_topups_payouts() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

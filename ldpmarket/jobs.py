@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 #: The tasks services start (``market.tasks``).
 EXTEND_CHAINS = "market.tasks.extend_chains"
 RUN_PURCHASE = "market.tasks.run_purchase"
+SETTLE_EARNINGS = "market.tasks.settle_earnings"
 
 
 def enqueue(task_name: str, *args) -> None:

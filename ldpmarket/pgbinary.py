@@ -16,10 +16,13 @@ Encodings (PostgreSQL's ``*_send``/``*_recv``):
   accepted and stripped by the server, so every value of a column can be
   written with the same number of digits (``numeric_fixed``);
 - ``timestamptz``: int64 microseconds since 2000-01-01 UTC;
-- ``text``: its UTF-8 bytes.
+- ``text``: its UTF-8 bytes;
+- ``bigint[]``: ``ndim, has-null flag, element type oid`` (int32 each), per dimension ``length, lower bound``
+  (int32), then per element ``int32 length (8)`` and the big-endian int64.
 """
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Sequence
@@ -37,6 +40,7 @@ HEADER = SIGNATURE + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 NUMERIC_NEG = 0x4000
+INT8_OID = 20
 
 
 # --------------------------------------------------------------------------- fixed-width rows
@@ -152,6 +156,19 @@ def numeric_fixed(units: np.ndarray, scale: int, *, int_digits: int | None = Non
     return words.view(np.uint8).reshape(units.size, 2 * (4 + ndigits))
 
 
+def int8_arrays(matrix: np.ndarray) -> np.ndarray:
+    """Binary ``bigint[]`` of each row of an ``(n, k)`` integer matrix (one array of ``k`` elements per row, no
+    NULLs): ``(n, 20 + 12 k)`` uint8, built in one numpy pass."""
+    matrix = np.asarray(matrix, dtype=np.int64)
+    n, k = matrix.shape
+    rec = np.empty(n, dtype=[("ndim", ">i4"), ("flags", ">i4"), ("oid", ">i4"), ("dim", ">i4"), ("lbound", ">i4"),
+                             ("elements", [("len", ">i4"), ("value", ">i8")], (k,))])
+    rec["ndim"], rec["flags"], rec["oid"], rec["dim"], rec["lbound"] = 1, 0, INT8_OID, k, 1
+    rec["elements"]["len"] = 8
+    rec["elements"]["value"] = matrix
+    return rec.view(np.uint8).reshape(n, rec.dtype.itemsize)
+
+
 def timestamp_micros(dt: datetime) -> int:
     """A ``timestamptz`` in binary COPY's unit: microseconds since 2000-01-01 UTC."""
     delta = dt - PG_EPOCH
@@ -201,11 +218,20 @@ class Column:
     def text(cls, codes, choices: Sequence[str], null=None) -> "Column":
         return cls(np.asarray(codes, dtype=np.int64), null, list(choices))
 
+    @classmethod
+    def int8_array(cls, matrix, null=None) -> "Column":
+        """A ``bigint[]`` column (``ldpmarket.fields.Int64ArrayField``): row i holds ``matrix[i]`` (every row
+        the same length); SQLite gets the JSON text of each list."""
+        matrix = np.asarray(matrix, dtype=np.int64)
+        return cls(int8_arrays(matrix), null, kind="int8_array", units=matrix)
+
     def values(self) -> list:
         """The column as Python values, None for NULLs: ``int``, ``Decimal`` with ``scale`` places, aware UTC
         ``datetime``, ``str`` or ``bytes`` -- what an ``executemany`` binds where binary COPY is not available
         (``ldpmarket.storage.write_columns`` on SQLite).  Each distinct value is converted once."""
-        if self.data.ndim > 1 and self.kind != "numeric":
+        if self.kind == "int8_array":
+            out = [json.dumps(row, separators=(",", ":")) for row in np.asarray(self.units).tolist()]
+        elif self.data.ndim > 1 and self.kind != "numeric":
             out = [bytes(row) for row in np.ascontiguousarray(self.data)]
         else:
             if self.kind == "numeric":

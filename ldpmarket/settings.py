@@ -238,6 +238,15 @@ CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
     "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,
     "options": {"expires": LDP_CHECKPOINT_INTERVAL_SECONDS},
 }
+# Owners' earnings settlement (accounts.money.earnings_settle, docs/money.md#settlement): each purchase that pays
+# owners enqueues its attribute's settlement on commit; beat settles every attribute every
+# LDP_SETTLE_INTERVAL_SECONDS as well (in case such a task was lost).
+LDP_SETTLE_INTERVAL_SECONDS = env.float("LDP_SETTLE_INTERVAL_SECONDS", default=300.0)
+CELERY_BEAT_SCHEDULE["settle-earnings"] = {
+    "task": "market.tasks.settle_all_earnings",
+    "schedule": LDP_SETTLE_INTERVAL_SECONDS,
+    "options": {"expires": LDP_SETTLE_INTERVAL_SECONDS},
+}
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # A purchase running when the broker goes away needs only the database: let it finish (Celery 6 would cancel it).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

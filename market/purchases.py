@@ -6,8 +6,8 @@ idempotency key: a replay with the same body returns the same purchase, a differ
 ``purchase_execute`` is the one execution skeleton of every purchase: one transaction that takes the locks in
 the one global order, lets the purchase's release (``market.releases``: from chains, or one-shot) read, draw
 and price its values, refuses the whole purchase if the buyer's credit is short or the quote's price was
-exceeded, and writes set-based: the release's own rows, the money movements, the outputs and one ledger entry
-per released value.  Either all of it commits or none of it does (rule 6); the CHECK constraints (loss <=
+exceeded, and writes set-based: the release's own rows, the money movements, the outputs and the compact
+ledger rows of the released values (one per chain block, with each value's losses and its owner's earnings).  Either all of it commits or none of it does (rule 6); the CHECK constraints (loss <=
 ceiling, balances >= 0) and the money trigger are the last line of defence.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.utils import timezone
 from accounts import ledger, roles
 from accounts.epsilon import MAX_SALE_EPSILON, parse
 from accounts.models import MoneyAccount, MoneyEntry, User
-from ldpmarket import pgbinary, storage
+from ldpmarket import jobs, pgbinary, storage
 from ldpmarket.problems import (
     IdempotencyConflict,
     InsufficientCredit,
@@ -78,10 +78,10 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
 
     The locks, in the one global order every writer of a value follows (so nothing deadlocks): (1) the purchase
     row; (2) the budgets by value id and (3) the attribute's chain lock (``chainstore.lock``; both in the
-    release's ``read``); (4) the money accounts, the buyer's, then the owners' by id (``lock_payment``); (5) the
-    head of the attribute's ledger shard (``ledger.append``); (6) the platform's account, credited last of all
+    release's ``read``); (4) the money accounts, the buyer's, then the attribute's pending earnings (``lock_payment``); (5)
+    the head of the attribute's ledger shard (``ledger.append``); (6) the platform's account, credited last of all
     (``_credit_platform``) after the deferred row checks have run: purchases of different attributes share no
-    lock but it (and their common owners' accounts), and hold it only for their last statements and their
+    lock but it (owners are paid later, by settlements), and hold it only for their last statements and their
     commit.  ``progress(done, total)`` is called as phases complete (values resolved, then written);
     ``max_price`` refuses the purchase, under the locks, if it would cost more (a quote's price guard).
     """
@@ -100,16 +100,19 @@ def purchase_execute(*, purchase_id: int, rng=None, progress=None, max_price=Non
             progress(total_steps // 2, total_steps)
         charge = release.charge(policy)
         owner_share = policy.owner_units(charge)
-        owners = release.owner_ids
-        accounts = lock_payment(purchase.buyer, owners, charge, owner_share, max_price)
+        accounts = lock_payment(purchase.buyer, purchase.attribute_id, charge, max_price)
 
         now = timezone.now()
         release.write(now)
-        fee = _move_money(purchase, accounts, owners, charge, owner_share)
+        fee = _move_money(purchase, accounts, charge, owner_share)
         if release.outputs is not None:
             _write_chunks(purchase, release.value_ids, release.outputs)
         if release.value_ids.size:
-            ledger.append(release.ledger_rows(), shard=purchase.attribute_id)
+            rows = release.ledger_rows()
+            rows.earning = owner_share  # each value's owner share, recorded in the compact ledger
+            ledger.append(rows, shard=purchase.attribute_id)
+        if int(owner_share.sum()) > 0:  # the owners' shares are settled into their balances after the commit
+            jobs.enqueue(jobs.SETTLE_EARNINGS, purchase.attribute_id)
         storage.check_deferred_constraints()  # the row checks now, not at commit under the platform's lock
         _credit_platform(purchase, accounts, fee)
 
@@ -137,17 +140,15 @@ class Accounts:
     """The money accounts a purchase moves, locked: balances in integer ten-thousandths."""
 
     buyer: tuple[int, int]  # (account id, balance units)
+    pending: tuple[int, int]  # the attribute's owners_pending account (docs/money.md#settlement)
     platform: int  # the platform's account id (not locked here: credited last, ``_credit_platform``)
-    owner_user: np.ndarray  # owners' user ids, ascending
-    owner_account: np.ndarray  # their earnings account ids
-    owner_balance: np.ndarray  # their balances (units)
 
 
-def lock_payment(buyer, owner_ids: np.ndarray, charge: np.ndarray, owner_share: np.ndarray, max_price) -> Accounts:
-    """Lock the accounts a purchase pays through (``_lock_money``: the owners with a share) and, under the
-    locks, refuse it if it costs more than ``max_price`` (a quote's price guard) or than the buyer's credit."""
+def lock_payment(buyer, shard: int, charge: np.ndarray, max_price) -> Accounts:
+    """Lock the accounts a purchase pays through (``_lock_money``) and, under the locks, refuse it if it costs more
+    than ``max_price`` (a quote's price guard) or than the buyer's credit."""
     total = int(charge.sum())
-    accounts = _lock_money(buyer, owner_ids[owner_share > 0])
+    accounts = _lock_money(buyer, shard)
     if max_price is not None and units_to_decimal(total) > max_price:
         raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
     if accounts.buyer[1] < total:
@@ -156,36 +157,27 @@ def lock_payment(buyer, owner_ids: np.ndarray, charge: np.ndarray, owner_share: 
     return accounts
 
 
-def _lock_money(buyer, owner_ids: np.ndarray) -> Accounts:
-    """Ensure the platform's, the buyer's and the paid owners' accounts, and lock the buyer's and the owners'.
+def _lock_money(buyer, shard: int) -> Accounts:
+    """Ensure the platform's, the buyer's and the attribute's pending-earnings accounts, and lock the buyer's, then
+    the pending one.
 
-    Locks are taken in one fixed order: the buyer's credit, then the owners' earnings by id; the platform's
-    account, which every purchase credits, is locked last of all (``_credit_platform``, after the ledger), so
-    purchases of different attributes hold it only for their last statement and their commit.  Set-based: one
-    INSERT ... ON CONFLICT for missing accounts and one locking SELECT per category, with the owners passed as
-    one array (no per-owner rows in Python, no OR that would defeat the planner).
+    The owners' own accounts are not touched: each value's owner share is recorded in the compact ledger rows and
+    settled into the owners' balances in batches (``accounts.money.earnings_settle``, docs/money.md#settlement),
+    which reads only the rows written under the pending account's lock, so a purchase holds it from here to its
+    commit.  The platform's account, which every purchase credits, is locked last of all (``_credit_platform``).
     """
-    owners = np.unique(owner_ids)
-    MoneyAccount.objects.bulk_create([MoneyAccount(user=None, kind=MoneyAccount.Kind.PLATFORM),
-                                      MoneyAccount(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)],
+    Kind = MoneyAccount.Kind
+    MoneyAccount.objects.bulk_create([MoneyAccount(user=None, kind=Kind.PLATFORM),
+                                      MoneyAccount(user=buyer, kind=Kind.BUYER_CREDIT),
+                                      MoneyAccount(user=None, kind=Kind.OWNERS_PENDING, shard=shard)],
                                      ignore_conflicts=True)
     units = micro_units("balance")
-    platform = (MoneyAccount.objects.filter(kind=MoneyAccount.Kind.PLATFORM, user__isnull=True)
-                .values_list("id", flat=True).get())
-    mine = (MoneyAccount.objects.select_for_update().filter(kind=MoneyAccount.Kind.BUYER_CREDIT, user=buyer)
+    platform = MoneyAccount.objects.filter(kind=Kind.PLATFORM).values_list("id", flat=True).get()
+    mine = (MoneyAccount.objects.select_for_update().filter(kind=Kind.BUYER_CREDIT, user=buyer)
             .values_list("id", units).get())
-    # Lock the existing accounts by id.  Only if some owner has none yet: create the missing ones and lock the
-    # whole set again by id (re-locking a held row is free), so the locks are still taken in one order whatever
-    # a concurrent purchase created meanwhile (SQLite: no row locks; the database is locked for writing by the
-    # transaction).
-    rows = storage.lock_or_create(MoneyAccount._meta.db_table, "user_id", owners,
-                                  select=f"user_id, id, CAST(round(balance * {UNITS}) AS bigint)",
-                                  match={"kind": MoneyAccount.Kind.OWNER_EARNINGS.value}, defaults={"balance": 0})
-    got = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    order = np.argsort(got[:, 0], kind="stable")
-    got = got[order]
-    return Accounts(buyer=tuple(mine), platform=int(platform), owner_user=got[:, 0], owner_account=got[:, 1],
-                    owner_balance=got[:, 2])
+    pending = (MoneyAccount.objects.select_for_update().filter(kind=Kind.OWNERS_PENDING, shard=shard)
+               .values_list("id", units).get())
+    return Accounts(buyer=tuple(mine), pending=tuple(pending), platform=int(platform))
 
 
 def micro_units(field: str):
@@ -193,25 +185,20 @@ def micro_units(field: str):
     return Cast(Round(F(field) * UNITS), BigIntegerField())
 
 
-def _move_money(purchase, accounts: Accounts, owner_ids, charge, owner_share) -> int:
-    """Debit the buyer and credit each owner's share: set-based, in integer units; returns the platform's fee,
+def _move_money(purchase, accounts: Accounts, charge, owner_share) -> int:
+    """Debit the buyer and credit the owners' shares to the attribute's pending account (settled to the owners
+    later, from the ledger's per-value earnings): two movements, in integer units; returns the platform's fee,
     credited last (``_credit_platform``)."""
     total = int(charge.sum())
     if total == 0:
         return 0
-    fee = total - int(owner_share.sum())
-    paid = owner_share > 0
-    owners, per_owner = np.unique(owner_ids[paid], return_inverse=True)
-    amounts = np.bincount(per_owner, weights=owner_share[paid], minlength=owners.size).astype(np.int64)
-    pos = np.searchsorted(accounts.owner_user, owners)
-    ids = np.concatenate([[accounts.buyer[0]], accounts.owner_account[pos]])
-    moves = np.concatenate([[-total], amounts])
-    after = np.concatenate([[accounts.buyer[1]], accounts.owner_balance[pos]]) + moves
+    shares = int(owner_share.sum())
+    ids = np.array([accounts.buyer[0], accounts.pending[0]])
+    moves = np.array([-total, shares])
+    after = np.array([accounts.buyer[1], accounts.pending[1]]) + moves
     keep = moves != 0
-    ids, moves, after = ids[keep], moves[keep], after[keep]
-    slot = np.where(np.flatnonzero(keep) == 0, 0, 2)  # 0 buyer, 2 owners
-    _write_money(purchase, ids, moves, after, slot, timezone.now())
-    return fee
+    _write_money(purchase, ids[keep], moves[keep], after[keep], np.array([0, 2])[keep], timezone.now())
+    return total - shares
 
 
 def _credit_platform(purchase, accounts: Accounts, fee: int) -> None:
@@ -228,7 +215,7 @@ def _credit_platform(purchase, accounts: Accounts, fee: int) -> None:
                  timezone.now())
 
 
-MEMOS = ("purchase", "platform fee", "share of a sale")
+MEMOS = ("purchase", "platform fee", "owners' shares, to settle")
 #: The ``MoneyEntry.kind`` of the same three movements (buyer, platform, owners).
 ENTRY_KINDS = (MoneyEntry.Kind.PURCHASE.value, MoneyEntry.Kind.FEE.value, MoneyEntry.Kind.EARNING.value)
 

@@ -69,6 +69,8 @@ class _Release:
         rec["chain_before"] = self.cand.chain_loss[self.inc]
         rec["oneshot_before"] = self.cand.oneshot_loss[self.inc]
         rec["ceiling"] = self.cand.ceiling[self.inc]
+        rows.owner = self.owner_ids
+        rows.chain_block = self.cand.block_ids[self.inc]
         return rows
 
 

@@ -19,6 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
 from accounts.checkpoints import checkpoint_make
+from accounts.money import earnings_settle, settle_all
 from accounts.services import schedules_advance
 from ldpmarket.problems import ChainConflict, PurchaseConflict, PurchaseError
 
@@ -50,6 +51,22 @@ def make_ledger_checkpoint() -> int:
     moved); the tree size it covers."""
     checkpoint = checkpoint_make()
     return checkpoint.tree_size if checkpoint else 0
+
+
+@shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
+def settle_earnings(shard: int) -> int:
+    """Settle an attribute's owners' earnings (``accounts.money.earnings_settle``; idempotent), enqueued on the
+    commit of each purchase that paid owners; the number of settlements made (each of a bounded batch)."""
+    made = 0
+    while made < 100 and earnings_settle(shard=shard) is not None:
+        made += 1
+    return made
+
+
+@shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
+def settle_all_earnings() -> int:
+    """Beat: settle every attribute's unsettled earnings (a purchase's own settlement task may have been lost)."""
+    return settle_all()
 
 
 @shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)

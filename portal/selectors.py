@@ -17,6 +17,7 @@ from django.db.models import Count, Sum
 from django.http import Http404
 from django.utils import timezone
 
+from accounts import money_selectors
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.epsilon import from_micro
 from market import chainstore, domain, sealing
@@ -254,7 +255,7 @@ def _rows(values: list[Value]) -> list[ValueRow]:
 
 
 def _events(value_ids) -> dict[int, list[Event]]:
-    rows = (LedgerEntry.objects.filter(value_id__in=list(value_ids)).order_by("value_id", "id")
+    rows = (LedgerEntry.objects.of_values(value_ids).order_by("value_id", "id")
             .values_list("id", "value_id", "kind", "created_at", "ceiling", "chain_loss_after", "oneshot_loss_after",
                          "epsilon", "purchase_id", "schedule_start", "schedule_cap", "schedule_start_at",
                          "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee"))
@@ -273,11 +274,36 @@ def _earnings_account(owner: User) -> MoneyAccount | None:
 
 
 def _earned_by_attribute(owner: User) -> dict[int, Decimal]:
-    """What the owner earned per attribute (one value per owner and attribute, so per value)."""
-    rows = (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                      purchase__isnull=False)
-            .values("purchase__attribute_id").annotate(total=Sum("amount")).order_by())
-    return {r["purchase__attribute_id"]: _money(r["total"]) for r in rows}
+    """What the owner earned per attribute (one value per owner and attribute, so per value): the per-value
+    earnings of the compact ledger (settled or not, docs/money.md#settlement) plus the purchase-time credits of
+    sales from before earnings were recorded per value."""
+    total: dict[int, Decimal] = defaultdict(Decimal)
+    legacy = (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                        purchase__isnull=False)
+              .values("purchase__attribute_id").annotate(total=Sum("amount")).order_by())
+    for r in legacy:
+        total[r["purchase__attribute_id"]] += r["total"]
+    for attribute_id, earned in (_entries_of(owner).filter(earning__isnull=False).values("value__attribute_id")
+                                 .annotate(total=Sum("earning")).order_by()
+                                 .values_list("value__attribute_id", "total")):
+        total[attribute_id] += earned
+    return {a: _money(t) for a, t in total.items()}
+
+
+def _earned_by_purchase(owner: User, purchase_ids, value_id: int | None = None) -> dict[int, Decimal]:
+    """What the owner earned from each of these purchases (of one value, or of all theirs): as
+    ``_earned_by_attribute``, from the ledger's per-value earnings or, before those, the purchase's credit."""
+    total: dict[int, Decimal] = defaultdict(Decimal)
+    if not purchase_ids:
+        return {}
+    for p, t in (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                           purchase_id__in=purchase_ids)
+                 .values("purchase_id").annotate(total=Sum("amount")).order_by().values_list("purchase_id", "total")):
+        total[p] += t
+    for p, t in (_entries_of(owner, value_id).filter(purchase_id__in=purchase_ids, earning__isnull=False)
+                 .values("purchase_id").annotate(total=Sum("earning")).order_by().values_list("purchase_id", "total")):
+        total[p] += t
+    return {p: _money(t) for p, t in total.items()}
 
 
 def owner_values(owner: User, *, with_events: bool = True) -> list[ValueRow]:
@@ -285,7 +311,7 @@ def owner_values(owner: User, *, with_events: bool = True) -> list[ValueRow]:
     values = list(_values(owner).order_by("-created_at", "-id"))
     rows = _rows(values)
     ids = [v.id for v in values]
-    counts = dict(LedgerEntry.objects.filter(value_id__in=ids, kind__in=RELEASE_KINDS)
+    counts = dict(LedgerEntry.objects.of_values(ids).filter(kind__in=RELEASE_KINDS)
                   .values("value_id").annotate(n=Count("id")).order_by().values_list("value_id", "n"))
     earned = _earned_by_attribute(owner)
     events = _events(ids) if with_events else {}
@@ -390,10 +416,17 @@ def _plain(text) -> str:
         return str(text)
 
 
-def _release_rows(owner: User, value_id: int | None = None):
-    qs = LedgerEntry.objects.filter(value__owner=owner, kind__in=RELEASE_KINDS)
+def _entries_of(owner: User, value_id: int | None = None):
+    """The ledger entries of the owner's values (or of one of them): ``LedgerEntry.objects.of_values``, which reads
+    only the compact rows holding them."""
+    ids = Value.objects.filter(owner=owner).values_list("id", flat=True)
     if value_id is not None:
-        qs = qs.filter(value_id=value_id)
+        ids = ids.filter(id=value_id)
+    return LedgerEntry.objects.of_values(list(ids))
+
+
+def _release_rows(owner: User, value_id: int | None = None):
+    qs = _entries_of(owner, value_id).filter(kind__in=RELEASE_KINDS)
     # Only the buyer's organisation is read: never their username or e-mail.
     return qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name",
@@ -404,11 +437,7 @@ def _release_rows(owner: User, value_id: int | None = None):
 def _with_earnings(owner: User, rows) -> list[Release]:
     rows = list(rows)
     purchase_ids = {r[8] for r in rows if r[8] is not None}
-    earned = dict(MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                            purchase_id__in=purchase_ids)
-                  .values("purchase_id").annotate(total=Sum("amount")).order_by()
-                  .values_list("purchase_id", "total"))
-    earned = {p: _money(t) for p, t in earned.items()}
+    earned = _earned_by_purchase(owner, purchase_ids)
     return [Release(at=at, value_id=v, dataset=ds, attribute=attr, organisation=org or NO_ORGANISATION,
                     epsilon=eps, loss_after=chain + oneshot, earned=earned.get(p, ZERO_MONEY), purchase_id=p,
                     one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE, guarantee=guarantee or "",
@@ -454,17 +483,12 @@ def oneshot_releases(owner: User, *, value_id: int | None = None, limit: int | N
     (with its label: improved Christofides is shown as per-report eps under a non-collusion assumption),
     buyer organisation (never the buyer's username), date, and what the owner earned from that purchase."""
 
-    qs = LedgerEntry.objects.filter(value__owner=owner, kind=LedgerEntry.Kind.ONESHOT_RELEASE)
-    if value_id is not None:
-        qs = qs.filter(value_id=value_id)
+    qs = _entries_of(owner, value_id).filter(kind=LedgerEntry.Kind.ONESHOT_RELEASE)
     rows = list(qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name", "purchase__mechanism",
         "epsilon", "guarantee", "purchase__buyer__organisation", "purchase_id")[:limit])
     purchase_ids = {r[8] for r in rows if r[8] is not None}
-    earned = dict(MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                            purchase_id__in=purchase_ids)
-                  .values("purchase_id").annotate(total=Sum("amount")).order_by()
-                  .values_list("purchase_id", "total"))
+    earned = _earned_by_purchase(owner, purchase_ids)
     labels = dict(Purchase.Mechanism.choices)
     return [OneShotRelease(at=at, value_id=v, dataset=ds, attribute=attr, mechanism=mech or "",
                            mechanism_label=labels.get(mech, mech or ""), epsilon=eps, guarantee=g,
@@ -492,15 +516,18 @@ def pum_tag(owner: User, value_id: int) -> str | None:
 
 
 def release_count(owner: User) -> int:
-    return LedgerEntry.objects.filter(value__owner=owner, kind__in=RELEASE_KINDS).count()
+    return _entries_of(owner).filter(kind__in=RELEASE_KINDS).count()
 
 
 def earnings_total(owner: User) -> Decimal:
-    """Everything the owner has earned (the sum of their earnings entries)."""
+    """Everything the owner has earned: the credits of their earnings account (settlements, and purchases from
+    before settlements; payouts are not counted) plus their earnings not settled yet
+    (``money_selectors.unsettled_earnings``), exactly."""
     account = _earnings_account(owner)
-    if account is None:
-        return ZERO_MONEY
-    return _money(account.entries.aggregate(total=Sum("amount"))["total"] or ZERO_MONEY)
+    credited = ZERO_MONEY
+    if account is not None:
+        credited = account.entries.filter(kind=MoneyEntry.Kind.EARNING).aggregate(total=Sum("amount"))["total"]
+    return _money((credited or ZERO_MONEY) + money_selectors.unsettled_earnings(owner))
 
 
 # ------------------------------------------------------------------------------------------- contributing

@@ -186,15 +186,15 @@ def releases(request):
 @owner_required
 @require_http_methods(["GET"])
 def money_page(request):
-    """Earnings balance, payout requests and the statement of every movement (docs/money.md)."""
-
-
+    """Earnings balance, what is being settled into it, payout requests and the statement of every movement
+    (docs/money.md#settlement)."""
     owner = request.user
     page = Paginator(money_selectors.statement(owner, MoneyAccount.Kind.OWNER_EARNINGS), 25).get_page(
         request.GET.get("page"))
     payouts = list(money_selectors.payouts(owner)[:20])
     return render(request, "portal/money.html", {
         "balance": money_selectors.balance(owner, MoneyAccount.Kind.OWNER_EARNINGS),
+        "pending": money_selectors.unsettled_earnings(owner),
         "held": sum((p.amount for p in payouts if p.status == p.Status.REQUESTED), Decimal(0)),
         "payouts": payouts, "page": page, "entries": page.object_list,
         "form": PayoutForm(auto_id="payout_%s")})

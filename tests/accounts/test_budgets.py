@@ -10,7 +10,7 @@ import time_machine
 from django.db import connection, transaction
 
 from accounts import ledger
-from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry
+from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerEvent
 from accounts.services import BudgetError, Schedule, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.models import Value
 from market.services import value_delete_raw
@@ -222,13 +222,14 @@ def test_verify_chain_detects_an_edited_a_deleted_and_a_forged_entry(categorical
     with connection.cursor() as cur:
         if connection.vendor == "postgresql":  # tampering needs the append-only triggers out of the way
             cur.execute("SET LOCAL session_replication_role = replica")
-        table = LedgerEntry._meta.db_table
-        cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [D("9"), target.id])
+        table = LedgerEvent._meta.db_table  # budget events are stored one row each (the view's rows)
+        stored = LedgerEvent.objects.get(block_id=target.block_id, position=target.id % ledger.ID_SHIFT).id
+        cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [D("9"), stored])
         problems = ledger.verify_chain()
         assert problems == [f"block {target.block_id}: entries do not match the block's hash"]
-        cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [target.ceiling, target.id])
+        cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [target.ceiling, stored])
         assert ledger.verify_chain() == []
-        cur.execute(f"DELETE FROM {table} WHERE id = %s", [target.id])
+        cur.execute(f"DELETE FROM {table} WHERE id = %s", [stored])
         problems = ledger.verify_chain()
         assert f"block {target.block_id}: holds 0 entries, recorded 1" in problems
         assert f"block {target.block_id}: entries do not match the block's hash" in problems

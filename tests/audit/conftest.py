@@ -13,6 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import User
+from accounts.money import earnings_settle
 from accounts.roles import grant_role
 from accounts.services import Schedule, budget_set_ceiling, budget_set_paused
 from market.models import Attribute, Purchase, Value
@@ -21,7 +22,7 @@ from market.purchases import purchase_claim, purchase_execute
 from market.services import value_delete_raw
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory, contribute, fund
 
-LEDGER_TABLES = ["accounts_ledgerentry", "accounts_ledgerblock", "accounts_moneyentry", "accounts_ledgercheckpoint",
+LEDGER_TABLES = ["accounts_ledgerevent", "accounts_ledgerrelease", "accounts_ledgerblock", "accounts_moneyentry", "accounts_ledgercheckpoint",
                  "accounts_ledgercheckpointleaf"]
 
 
@@ -76,8 +77,9 @@ class Market:
 
 @pytest.fixture
 def market(db) -> Market:
-    """An attribute (m = 3) with 24 fixed-ceiling and 12 scheduled values, two purchases (one an upgrade),
-    a pause, a lowered ceiling and a deleted raw value: every kind of ledger entry but one-shot releases."""
+    """An attribute (m = 3) with 24 fixed-ceiling and 12 scheduled values, two purchases (one an upgrade; the
+    owners' earnings of the first settled, of the second pending), a pause, a lowered ceiling and a deleted raw
+    value: every kind of ledger entry but one-shot releases."""
     rng = np.random.default_rng(7)
     attribute = CategoricalAttributeFactory(price_policy=DEFAULT_POLICY)
     raws = ["red", "green", "blue"] * 8
@@ -91,6 +93,7 @@ def market(db) -> Market:
     fund(buyer, "50")
     budget_set_paused(value_id=fixed[0].id, paused=True)
     purchases = [buy(buyer, attribute, "0.5", rng)]
+    earnings_settle(shard=attribute.id)  # the first purchase's earnings settled, the second's still pending
     budget_set_ceiling(value_id=fixed[1].id, ceiling="0.7")
     purchases.append(buy(buyer, attribute, "1.0", rng))  # an upgrade for most values
     value_delete_raw(value_id=fixed[2].id)

@@ -17,6 +17,7 @@ from accounts.roles import grant_role
 from market.models import Dataset, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
 from tests.factories import PASSWORD
+from tests.ledger_edits import delete_entry
 
 pytestmark = pytest.mark.urls("tests.audit.urls")
 
@@ -62,6 +63,7 @@ def money_rows(market):
     pricey = CategoricalAttributeFactory(price_policy={"points": [["0", "0"], ["10", "10"]], "owner_share": "0.8"})
     (value,) = contribute(pricey, ["red"], ceiling="2")
     buy(market.buyer, pricey, "1", np.random.default_rng(1))
+    money.earnings_settle(shard=pricey.id)
     money.payout_request(owner=value.owner, amount="0.50")
     checkpoint_make()
 
@@ -212,7 +214,7 @@ def test_audit_pages_for_auditors(market, auditor):
 
 def test_audit_page_shows_violations(market, auditor):
     with tampering():
-        LedgerEntry.objects.filter(id=LedgerEntry.objects.order_by("id").first().id).delete()
+        delete_entry(LedgerEntry.objects.order_by("id").first())
     text = logged_in(auditor).get(reverse("admin:ldp_audit_budgets")).content.decode()
     assert "ldp-fail\">FAIL" in text and "entry count of each block" in text
     assert "records 24 entries but holds 23" in text

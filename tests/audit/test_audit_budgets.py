@@ -15,7 +15,8 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
 from accounts import ledger
-from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, MoneyAccount, MoneyEntry
+from accounts.models import (BudgetAccount, LedgerBlock, LedgerEntry, LedgerEvent, LedgerRelease, MoneyAccount,
+                             MoneyEntry)
 from accounts.schedule import ceiling_micro
 from audit import budget_audit, replay, tables
 from audit.budget_audit import audit_budgets
@@ -23,6 +24,7 @@ from audit.report import SECTIONS
 from market import sealing
 from market.models import ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
+from tests.ledger_edits import delete_block_entries, delete_entry, edit_block_entries, edit_entry, insert_entry
 
 
 def names(report) -> list[str]:
@@ -115,35 +117,34 @@ def releases(market, purchase=0):
 
 def edit_release_epsilon(m):
     e = releases(m).first()
-    LedgerEntry.objects.filter(id=e.id).update(epsilon=F("epsilon") - D("0.1"))
+    edit_entry(e, epsilon=e.epsilon - D("0.1"))
 
 
 def raise_loss_after(m):
     e = releases(m).first()
-    LedgerEntry.objects.filter(id=e.id).update(chain_loss_after=F("chain_loss_after") + D("0.1"))
+    edit_entry(e, chain_loss_after=e.chain_loss_after + D("0.1"))
 
 
 def raise_recorded_ceiling(m):
     e = LedgerEntry.objects.filter(value=m.fixed[4], kind="ceiling").first()
-    LedgerEntry.objects.filter(id=e.id).update(ceiling=D("5"))
+    edit_entry(e, ceiling=D("5"))
 
 
 def delete_release(m):
-    LedgerEntry.objects.filter(id=releases(m, 1).last().id).delete()
+    delete_entry(releases(m, 1).last())
 
 
 def delete_middle_block(m):
     block = LedgerEntry.objects.filter(kind="pause").first().block_id
-    LedgerEntry.objects.filter(block_id=block).delete()
+    delete_block_entries(block)
     LedgerBlock.objects.filter(id=block).delete()
 
 
 def insert_forged_entry(m):
     e = releases(m, 1).first()
-    LedgerEntry.objects.create(block_id=e.block_id, value=m.scheduled[0], purchase_id=e.purchase_id,
-                               kind="chain_release", created_at=e.created_at, epsilon=e.epsilon,
-                               chain_loss_before=D("0.5"), chain_loss_after=D("1"), oneshot_loss_before=0,
-                               oneshot_loss_after=0, ceiling=D("1"))
+    insert_entry(block_id=e.block_id, value=m.scheduled[0], purchase_id=e.purchase_id, kind="chain_release",
+                 created_at=e.created_at, epsilon=e.epsilon, chain_loss_before=D("0.5"), chain_loss_after=D("1"),
+                 oneshot_loss_before=0, oneshot_loss_after=0, ceiling=D("1"))
 
 
 def _point(m, epsilon="1.0"):
@@ -193,20 +194,21 @@ def swap_values_of_two_entries(m):
     """Reorder: two releases of one block trade values; their losses are equal, so only the hash notices."""
     a, b = list(releases(m, 1)[3:5])
     assert (a.chain_loss_before, a.chain_loss_after) == (b.chain_loss_before, b.chain_loss_after)
-    LedgerEntry.objects.filter(id=a.id).update(value_id=b.value_id)
-    LedgerEntry.objects.filter(id=b.id).update(value_id=a.value_id)
+    edit_entry(a, value_id=b.value_id)
+    edit_entry(b, value_id=a.value_id)
 
 
 def swap_block_times(m):
     b1, b2 = LedgerBlock.objects.order_by("id")[2:4]
     LedgerBlock.objects.filter(id=b1.id).update(created_at=b2.created_at)
     LedgerBlock.objects.filter(id=b2.id).update(created_at=b1.created_at)
-    LedgerEntry.objects.filter(block=b1).update(created_at=b2.created_at)
-    LedgerEntry.objects.filter(block=b2).update(created_at=b1.created_at)
+    edit_block_entries(b1.id, created_at=b2.created_at)
+    edit_block_entries(b2.id, created_at=b1.created_at)
 
 
 def backdate_entry(m):
-    LedgerEntry.objects.filter(id=releases(m).first().id).update(created_at=F("created_at") - timedelta(days=3))
+    e = releases(m).first()
+    edit_entry(e, created_at=e.created_at - timedelta(days=3))
 
 
 def reset_budget_loss(m):
@@ -267,7 +269,7 @@ CASES = {
     "budget ceiling raised": (raise_budget_ceiling, ["ceiling and schedule match"]),
     "budget paused behind the ledger": (pause_without_ledger, ["paused flag"]),
     "money entry edited": (edit_money_amount, ["running sum", "balance equals the sum of its entries",
-                                               "buyer debit = price"]),
+                                               "each settlement credits every owner exactly"]),
     "money entry deleted": (delete_money_entry, ["balance equals the sum of its entries", "buyer debit = price"]),
     "money entry inserted": (insert_money_entry, ["credited only by purchases"]),
     "money balance edited": (edit_account_balance, ["balance equals the sum of its entries",
@@ -299,8 +301,12 @@ def test_tampering_is_caught(market, case):
         assert c.examples, c.name  # the first offending rows are shown
 
 
-def test_forged_block_with_a_valid_hash_is_caught_by_the_replay(market):
-    """Whoever can append a well-hashed block still cannot hide a release over the ceiling in force."""
+def test_forged_block_with_a_valid_hash_is_caught_by_the_replay(market, monkeypatch):
+    """Whoever can append a well-hashed block still cannot hide a release over the ceiling in force.  (The forger
+    writes the release, which names no purchase, as one row of the events table: ``ledger.append`` itself refuses
+    a release without its purchase.)"""
+    monkeypatch.setattr(ledger, "_insert_entries",
+                        lambda block, created_at, rows: ledger._insert_events(block, created_at, rows.records))
     value = market.fixed[9]
     budget = BudgetAccount.objects.get(value=value)
     rows = ledger.Rows.empty(1)
@@ -345,7 +351,7 @@ def test_schedule_ceiling_is_recomputed_independently(market):
     entry = LedgerEntry.objects.filter(value=value, kind="chain_release").first()
     schedule_event = LedgerEntry.objects.get(value=value, kind="schedule")
     with tampering():  # the schedule now starts later: at the release's time it allowed only its start, 0.5 -> less
-        LedgerEntry.objects.filter(id=schedule_event.id).update(schedule_start=D("0.1"), ceiling=D("0.1"))
+        edit_entry(schedule_event, schedule_start=D("0.1"), ceiling=D("0.1"))
     report = audit_budgets()
     failed(report, "loss after every entry <= the ceiling in force")
     assert any(f"entry {entry.id}" in x for c in report.failed for x in c.examples)
@@ -358,15 +364,22 @@ def test_schedule_ceiling_is_recomputed_independently(market):
 @pytest.mark.postgres
 def test_triggers_refuse_tampering_and_are_restored(market):
     entry = releases(market).first()
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        LedgerEntry.objects.filter(id=entry.id).update(epsilon=D("3"))
+    rows = LedgerRelease.objects.filter(purchase=market.purchases[0])
+    row = rows.order_by("position").first()
+    event = LedgerEvent.objects.filter(kind="pause").order_by("id").first()
+    for refused in (lambda: rows.filter(id=row.id).update(epsilon=row.epsilon - D("0.1")),
+                    lambda: LedgerEvent.objects.filter(id=event.id).update(ceiling=event.ceiling + 1)):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            refused()
     with tampering():
-        LedgerEntry.objects.filter(id=entry.id).update(epsilon=F("epsilon") - D("0.1"))
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        LedgerEntry.objects.filter(id=entry.id).delete()
+        edit_entry(entry, epsilon=entry.epsilon - D("0.1"))
+    for refused in (lambda: rows.delete(), lambda: LedgerEvent.objects.filter(id=event.id).delete()):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            refused()
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE %s AND tgenabled = 'O'", ["%append_only"])
-        assert cur.fetchone()[0] == 5  # ledger entries and blocks, money entries, checkpoints and their leaves
+        # ledger events, compact releases and blocks, money entries, checkpoints and their leaves
+        assert cur.fetchone()[0] == 6
     failed(audit_budgets(), "each block's hash recomputes")
 
 

@@ -22,6 +22,7 @@ from market.models import Purchase, PurchaseChunk
 from market.purchases import purchase_claim, purchase_execute
 from market.services import value_set_pum_tag
 from tests.audit.conftest import tampering
+from tests.ledger_edits import edit_entry
 from tests.factories import BinaryAttributeFactory, GraphAttributeFactory, UrrAttributeFactory
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 
@@ -77,8 +78,7 @@ def test_a_clean_market_with_oneshot_releases_and_surveys_passes(market):
 
 def edit_oneshot_epsilon(m):
     e = LedgerEntry.objects.filter(purchase=m["urr"]).order_by("id").first()
-    LedgerEntry.objects.filter(id=e.id).update(epsilon=F("epsilon") - D("0.1"),
-                                               oneshot_loss_after=F("oneshot_loss_after") - D("0.1"))
+    edit_entry(e, epsilon=e.epsilon - D("0.1"), oneshot_loss_after=e.oneshot_loss_after - D("0.1"))
 
 
 def edit_budget_oneshot_loss(m):
@@ -92,7 +92,7 @@ def edit_charged_epsilon(m):
 
 def relabel_ic_release(m):
     e = LedgerEntry.objects.filter(purchase=m["ic"]).order_by("id").first()
-    LedgerEntry.objects.filter(id=e.id).update(guarantee="ldp")
+    edit_entry(e, guarantee="ldp")
 
 
 def disguise_ic_purchase(m):
@@ -106,9 +106,8 @@ def store_survey_outputs(m):
 
 def oneshot_as_chain_release(m):
     e = LedgerEntry.objects.filter(purchase=m["warner"]).order_by("id").first()
-    LedgerEntry.objects.filter(id=e.id).update(kind="chain_release", guarantee="",
-                                               chain_loss_after=F("chain_loss_before") + F("epsilon"),
-                                               oneshot_loss_after=F("oneshot_loss_before"))
+    edit_entry(e, kind="chain_release", guarantee="", chain_loss_after=e.chain_loss_before + e.epsilon,
+               oneshot_loss_after=e.oneshot_loss_before)
 
 
 CASES = {
@@ -145,9 +144,9 @@ def test_tampering_with_oneshot_releases_is_caught(market, case):
 @pytest.mark.postgres
 def test_a_guarantee_on_a_budget_event_is_caught(market):
     """The CHECK forbids it; whoever drops the CHECK is still caught by the audit (and the hash)."""
-    with tampering(), without_check("accounts_ledgerentry", "ledger_guarantee_only_on_releases"):
+    with tampering(), without_check("accounts_ledgerevent", "ledger_guarantee_only_on_releases"):
         e = LedgerEntry.objects.filter(kind="ceiling").order_by("id").first()
-        LedgerEntry.objects.filter(id=e.id).update(guarantee="ldp")
+        edit_entry(e, guarantee="ldp")
         failed(audit_budgets(), "budget events carry no guarantee", "each block's hash recomputes")
 
 

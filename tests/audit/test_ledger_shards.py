@@ -109,7 +109,8 @@ def test_a_lost_tail_is_caught_even_with_its_head_moved_back(market):
     with tampering():
         sql("UPDATE accounts_ledgerhead SET last_block_id = %s, blocks = blocks - 1 WHERE shard = %s",
             [before.id, shard])
-        sql("DELETE FROM accounts_ledgerentry WHERE block_id = %s", [last.id])
+        sql("DELETE FROM accounts_ledgerevent WHERE block_id = %s", [last.id])
+        sql("DELETE FROM accounts_ledgerrelease WHERE block_id = %s", [last.id])
         sql("DELETE FROM accounts_ledgerblock WHERE id = %s", [last.id])
     report = audit_budgets()
     lost = [c for c in report.failed if c.name.startswith("every head a checkpoint saw")]

@@ -24,6 +24,7 @@ def moved(market, staff):
     pricey = CategoricalAttributeFactory(price_policy={"points": [["0", "0"], ["10", "10"]], "owner_share": "0.8"})
     richest = [v.owner for v in contribute(pricey, ["red", "green", "blue"], ceiling="2")]
     buy(market.buyer, pricey, "1", np.random.default_rng(3))  # 0.80 to each owner
+    money.earnings_settle(shard=pricey.id)
     payouts = [money.payout_request(owner=owner, amount="0.01") for owner in richest]
     owner = richest[1]  # its payout is rejected: the money came back
     money.payout_settle(payout_id=payouts[0].id, by=staff)
@@ -36,7 +37,7 @@ def test_topups_and_payouts_pass(moved):
     assert report.ok, report.as_text()
     names = [c.name for c in report.checks]
     for fragment in ("each top-up is one credit", "each payout holds", "belongs to its top-up or payout",
-                     "purchases' movements", "neither created nor lost"):
+                     "purchases' and settlements' movements", "neither created nor lost"):
         assert any(fragment in n for n in names), fragment
 
 
@@ -81,7 +82,7 @@ CASES = {
     "a top-up's amount edited": (edit_topup_amount, ["each top-up is one credit"]),
     "a payout's amount edited": (edit_payout_amount, ["each payout holds"]),
     "a payout return forged": (forge_payout_return, ["belongs to its top-up or payout", "credited only by purchases"]),
-    "an earning relabelled": (relabel_earning, ["purchases' movements"]),
+    "an earning relabelled": (relabel_earning, ["purchases' and settlements' movements"]),
     "a top-up credited to an owner": (move_topup_to_another_account, ["each top-up is one credit"]),
 }
 

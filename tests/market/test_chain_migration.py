@@ -1,9 +1,11 @@
-"""The data migration to chains in blocks (market/migrations/0012_chains_in_blocks.py, docs/architecture.md#chains-in-blocks).
+"""The data migrations to chains in blocks (market/migrations/0012_chains_in_blocks.py,
+docs/architecture.md#chains-in-blocks) and to the compact ledger (accounts/migrations/0013_compact_ledger.py).
 
 A market built with today's code (contributions, extension, purchases that bridge, tighten and extend, a
-deleted raw value, a one-shot attribute) passes the audit; migrated back to per-value chains, every chain is
-there, point for point; migrated forward again, every chain is its slot again, and the audit passes again
-(its Chains section re-checks that every sold output is the stored point at its epsilon).
+deleted raw value, a one-shot attribute) passes the audit; migrated back to per-value chains and per-value ledger
+entries, every chain is there, point for point, and every entry; migrated forward again, every chain is its slot
+again, the releases are compact rows again, and the audit passes again (its Chains section re-checks that every
+sold output is the stored point at its epsilon, its Hash chain section every block's hash over the entries).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from accounts.models import LedgerEntry, LedgerEvent, LedgerRelease
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
 from market.models import ChainBlock, ChainPoint, Value
@@ -51,9 +54,16 @@ def test_chains_survive_the_migration_back_and_forth_and_the_audit_passes_before
     heads = chain_heads(Value.objects.filter(attribute=attribute))
     assert len(before) == 40 and any(e.size > 10 for e, _ in before.values())
 
+    entries = list(LedgerEntry.objects.order_by("id").values_list("block_id", "value_id", "kind", "epsilon",
+                                                                  "chain_loss_before", "chain_loss_after", "ceiling"))
+    assert LedgerRelease.objects.count() > 0
     executor = MigrationExecutor(connection)
     executor.migrate(BEFORE)
     old = executor.loader.project_state(BEFORE).apps
+    OldEntry = old.get_model("accounts", "LedgerEntry")  # the table, one row per value, in the hashed order
+    assert list(OldEntry.objects.order_by("block_id", "id").values_list("block_id", "value_id", "kind", "epsilon",
+                                                           "chain_loss_before", "chain_loss_after",
+                                                           "ceiling")) == entries
     Chain = old.get_model("market", "Chain")
     assert Chain.objects.count() == 40
     for value_id, eps, outputs, length, head in Chain.objects.values_list("value_id", "epsilons", "outputs",
@@ -65,6 +75,11 @@ def test_chains_survive_the_migration_back_and_forth_and_the_audit_passes_before
 
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+    assert not LedgerEvent.objects.filter(kind__in=LedgerEntry.RELEASE_KINDS).exists()
+    assert LedgerRelease.objects.count() > 0
+    assert list(LedgerEntry.objects.order_by("id").values_list("block_id", "value_id", "kind", "epsilon",
+                                                               "chain_loss_before", "chain_loss_after",
+                                                               "ceiling")) == entries
     after = stored_chains(attribute)
     assert after.keys() == before.keys()
     for v in before:

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount
+from accounts.models import BudgetAccount, LedgerEntry, LedgerEvent, LedgerRelease, MoneyAccount
 from accounts.services import BudgetError, budget_set_paused
 from audit.budget_audit import audit_budgets
 from market import purchases
@@ -545,13 +545,29 @@ def test_the_database_keeps_guarantees_on_releases_and_purchases_consistent():
         Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=D("1"), idempotency_key="z",
                                 mechanism="warner", guarantee="ldp", status="completed")  # no charged epsilon
     block = LedgerEntry.objects.filter(value=v).first().block
-    base = dict(block=block, value=v, created_at=block.created_at, chain_loss_before=0, chain_loss_after=0,
-                oneshot_loss_before=0, ceiling=D("1"))
+    # budget events (and releases written before the compact ledger), one row each: at a free position
+    base = dict(block=block, position=block.entry_count, value=v, created_at=block.created_at, chain_loss_before=0,
+                chain_loss_after=0, oneshot_loss_before=0, ceiling=D("1"))
     with pytest.raises(IntegrityError), transaction.atomic():
-        LedgerEntry.objects.create(kind="ceiling", oneshot_loss_after=0, guarantee="ldp", **base)
+        LedgerEvent.objects.create(kind="ceiling", oneshot_loss_after=0, guarantee="ldp", **base)
     with pytest.raises(IntegrityError), transaction.atomic():
-        LedgerEntry.objects.create(kind="oneshot_release", epsilon=D("0.5"), oneshot_loss_after=D("0.5"),
+        LedgerEvent.objects.create(kind="oneshot_release", epsilon=D("0.5"), oneshot_loss_after=D("0.5"),
                                    guarantee="", **base)
+    # compact releases: a one-shot release names its guarantee, a chain release is epsilon-LDP at most
+    purchase = Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=D("0.5"), idempotency_key="r")
+    release = dict(block=block, position=block.entry_count, shard=attribute.id, purchase=purchase,
+                   epsilon=D("0.5"), created_at=block.created_at, count=1, first_value=v.id, last_value=v.id,
+                   value_ids=[v.id], owner_ids=[v.owner_id], chain_before=[0], oneshot_before=[0],
+                   ceiling=[1_000_000])
+    oneshot = dict(kind="oneshot_release", chain_after=[0], oneshot_after=[500_000], **release)
+    chain = dict(kind="chain_release", chain_after=[500_000], oneshot_after=[0], **release)
+    for bad in (dict(oneshot, guarantee=""), dict(oneshot, guarantee="strong"), dict(chain, guarantee="uldp"),
+                dict(chain, guarantee="per_report_non_collusion")):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            LedgerRelease.objects.create(**bad)
+    for good in (dict(oneshot, guarantee="uldp"), dict(chain, guarantee="", position=block.entry_count + 1)):
+        with transaction.atomic():
+            LedgerRelease.objects.create(**good)
     assert connection.vendor in ("postgresql", "sqlite")
     assert json.dumps(oneshot_specs.GUARANTEE_LABELS[oneshot_specs.G.PER_REPORT]) == '"per-report eps, non-collusion assumption"'
     assert OwnerFactory().role == "owner"
