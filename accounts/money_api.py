@@ -5,6 +5,7 @@ Amounts are decimal strings with two places; every payload names its ``currency`
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from django.db.models import Q
 from django_filters import rest_framework as filters
@@ -18,7 +19,7 @@ from ldpmarket.api import KEY_RE, IdempotencyKeyInvalid, IdempotencyKeyRequired,
 from ldpmarket.openapi import problems as _problems
 
 from . import money, money_selectors, roles
-from .models import MoneyEntry, User
+from .models import MoneyAccount, MoneyEntry, User
 
 
 class NoMoneyAccount(Problem):
@@ -35,6 +36,9 @@ class MoneyAccountSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["buyer_credit", "owner_earnings"])
     currency = serializers.CharField(help_text="ISO 4217 code (setting LDP_CURRENCY).")
     balance = serializers.DecimalField(max_digits=14, decimal_places=2, coerce_to_string=True)
+    pending = serializers.DecimalField(
+        max_digits=14, decimal_places=2, coerce_to_string=True,
+        help_text="Owners: earned and being settled into the balance (docs/money.md#settlement); 0.00 for buyers.")
 
 
 class MoneyEntrySerializer(serializers.ModelSerializer):
@@ -94,8 +98,10 @@ class AccountView(APIView):
                    responses={200: MoneyAccountSerializer, **_problems(401, 429, NoMoneyAccount)})
     def get(self, request):
         kind = money_selectors.account_kind(request.user)
+        pending = (money_selectors.unsettled_earnings(request.user) if kind == MoneyAccount.Kind.OWNER_EARNINGS
+                   else Decimal("0"))
         return Response({"kind": kind, "currency": money.currency(),
-                         "balance": _amount(money_selectors.balance(request.user, kind))})
+                         "balance": _amount(money_selectors.balance(request.user, kind)), "pending": _amount(pending)})
 
 
 class StatementView(generics.ListAPIView):

@@ -7,9 +7,14 @@ from outside (the service code is not touched).  Every chain stores the grid
 points 0.1, 0.2, ..., 1.0 (the ceiling), so each value is **bridged** between
 0.3 and 0.4 and the new point is written back into its chain (chains in blocks,
 docs/architecture.md#chains-in-blocks: one new sealed point row per block); the purchase
-also raises every budget's ``chain_loss``, appends one ledger block of n
-entries, pays n owners (owner earnings + platform fee,
-default price policy: 0.0035 per value) and stores the outputs.
+also raises every budget's ``chain_loss``, appends one ledger block holding one compact release row per chain
+block (``accounts_ledgerrelease``: the block's values, owners, losses before and after, ceilings and the owners'
+earnings as ``bigint[]`` arrays; docs/budget-rules.md#the-ledger), makes 3 money movements (the buyer debited,
+the attribute's ``owners_pending`` account credited the owners' total share, the platform credited its fee;
+default price policy: 0.0035 per value, owner share 0.8) and stores the outputs.  The owners themselves are
+paid later, in batches (``accounts.money.earnings_settle``, docs/money.md#settlement): not part of the
+purchase, and not timed -- the settlement task a purchase enqueues on commit (which this set-up's eager Celery
+would run in-process, inside the purchase's call) is held back during the timed runs.
 
 Beside it, in the same rounds (interleaved, best of the rounds): the limit, a
 single set-based SQL update of the same n rows::
@@ -24,8 +29,8 @@ per value for them.)
 
 Also printed, as a reference bound (not a target), in the same rounds: the
 rows this design's purchase must write -- one chain point row per block, budgets,
-one ledger entry per value, n owners' balances and money entries,
-the outputs -- written by set-based SQL alone (``_time_writes_alone``: no read
+one ledger block and one compact release row per chain block, the pending account's credit, the buyer's debit
+and the platform's fee (3 money entries), the outputs -- written by set-based SQL alone (``_time_writes_alone``: no read
 into Python, no locks taken beforehand, no hashing, the deferred foreign-key
 checks included), and within it the deferred foreign-key checks alone.  The
 server checks each inserted row's foreign keys once however the client
@@ -38,13 +43,14 @@ Before each timed run the chains and budgets are reset to the same state
 (``market_chainpoint`` re-filled from a snapshot, the blocks' heads and
 revisions put back, ``chain_loss`` back to 0, ``VACUUM ANALYZE``,
 ``CHECKPOINT``) and a new buyer with enough credit is created, so every round
-does the same work (no upgrade credit, every value bridged).  Owners' earnings
-accounts and the platform account exist beforehand (owners who sold before).
+does the same work (no upgrade credit, every value bridged).  The platform's account and the attribute's
+pending-earnings account exist beforehand (sales before); the owners' own accounts are not touched by a purchase.
 
 Where the time goes: the timed runs wrap the functions ``purchase_execute``
 calls (``candidates``, ``chainstore.neighbours``, ``chainsets.at``, ...) with
 ``perf_counter`` probes (outermost calls only; the gaps between them are named
-after the inline code there: the chain read, the budget update); plus one
+after the inline code there), the deferred row checks the purchase runs before crediting the platform
+(``storage.check_deferred_constraints``) among them; plus one
 extra untimed run under ``cProfile`` (at ``E3_PROFILE_N``, default 10^5)
 listing the functions with the most own time.
 
@@ -104,8 +110,9 @@ CREDIT_PER_VALUE = Decimal("0.01")  # more than the price at 0.35 (0.0035)
 # --------------------------------------------------------------------------- set-up (untimed)
 
 def _setup(n: int) -> int:
-    """n values with chains stored at 0.1 .. 1.0, owners' accounts, the snapshot to reset to; the attribute id."""
-    from django.db import connection, transaction
+    """n values with chains stored at 0.1 .. 1.0, the platform's and the attribute's pending-earnings accounts, the
+    snapshot to reset to; the attribute id."""
+    from django.db import connection
 
     from accounts.models import MoneyAccount
     from market.tasks import extend_chains
@@ -113,6 +120,7 @@ def _setup(n: int) -> int:
     from . import e2_extension as e2
 
     # n owners, values (inputs sealed), budgets (ceiling 1.0), chain blocks with one sealed point row each at 0.1
+    # (it truncates the users, and with them every money account, purchase and ledger release row)
     attribute_id = e2._make_values(n)
     extended = extend_chains.apply(args=[attribute_id]).get()
     if extended != n:
@@ -122,14 +130,10 @@ def _setup(n: int) -> int:
     ceiling = int(Decimal(CEILING) * 1_000_000)
     if stats["values"] != n or stats["points"] != (GRID_POINTS, GRID_POINTS) or stats["heads"] != (ceiling, ceiling):
         raise RuntimeError(f"chains after set-up: {stats}")
-    with transaction.atomic(), connection.cursor() as c:
-        # Owners who sold before: their earnings accounts and the platform's exist.
-        c.execute("DELETE FROM accounts_moneyaccount WHERE NOT EXISTS "
-                  "(SELECT 1 FROM accounts_moneyentry e WHERE e.account_id = accounts_moneyaccount.id)")
-        c.execute("INSERT INTO accounts_moneyaccount (user_id, kind, balance) "
-                  "SELECT id, %s, 0 FROM accounts_user WHERE role = 'owner' ON CONFLICT DO NOTHING",
-                  [MoneyAccount.Kind.OWNER_EARNINGS])
+    # Sales before: the platform's account and the attribute's pending-earnings account exist (a purchase would
+    # create them; the set-based reference needs them).  The owners' own accounts play no part in a purchase.
     MoneyAccount.objects.get_or_create(user=None, kind=MoneyAccount.Kind.PLATFORM)
+    MoneyAccount.objects.get_or_create(user=None, kind=MoneyAccount.Kind.OWNERS_PENDING, shard=attribute_id)
     with connection.cursor() as c:
         c.execute("VACUUM ANALYZE accounts_moneyaccount")
     return attribute_id
@@ -172,19 +176,23 @@ def _time_limit(attribute_id: int, n: int) -> float:
 
 PRICE = (Decimal(EPSILON) / 100).quantize(Decimal("0.0001"))  # per value, default policy: 0.01 at epsilon 1
 OWNER_SHARE = PRICE * Decimal("0.8")
+MONEY_UNITS = 10_000  # money in integer units of 1/10000 (the compact ledger's earnings)
 
 
 def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
     """The rows a purchase of the n values must write, written by plain set-based SQL (a reference).
 
     One transaction: the limit's budget UPDATE; one new chain point row per block at e (bitmap and sealed
-    outputs of the size of the block's head row, as the bridge adds: ``chainstore.store``); one ledger block
-    and n ledger entries; n owners' balances raised and n money
-    entries (plus the buyer's and the platform's); the outputs in chunks of ``market.purchases.CHUNK`` -- each an
-    ``INSERT ... SELECT`` or ``UPDATE ... FROM`` over the attribute's values.  Nothing is read into Python,
-    locked beforehand, hashed or computed.  The deferred foreign-key checks run (``SET CONSTRAINTS ALL
-    IMMEDIATE``), then the transaction is rolled back so every round starts alike; the commit's own WAL flush is
-    the only cost not timed.  Returns the seconds of it all and of the foreign-key checks alone.
+    outputs of the size of the block's head row, as the bridge adds: ``chainstore.store``); one ledger block and
+    one compact release row per chain block (``accounts_ledgerrelease``, as ``accounts.ledger._insert_releases``
+    writes: the block's values' ids, owners, chain loss 0 -> e, one-shot loss unchanged, ceilings and the owners'
+    earnings as ``array_agg`` in value-id order); the 3 money movements (the buyer debited the price, the
+    attribute's pending-earnings account credited the owners' total share, the platform its fee: balances and
+    entries); the outputs in chunks of ``market.purchases.CHUNK`` -- each an ``INSERT ... SELECT`` or ``UPDATE``
+    over the attribute's values.  Nothing is read into Python, locked beforehand, hashed or computed.  The deferred
+    foreign-key checks run (``SET CONSTRAINTS ALL IMMEDIATE``), then the transaction is rolled back so every round
+    starts alike; the commit's own WAL flush is the only cost not timed.  Returns the seconds of it all and of the
+    foreign-key checks alone.
 
     The checks alone are a bound on any implementation of these rows: the server checks each inserted row's
     foreign keys once, however the client inserts it (``INSERT ... SELECT`` here, binary COPY in the service).
@@ -205,8 +213,9 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             purchase = Purchase.objects.create(buyer=buyer, attribute=attribute, epsilon=Decimal(EPSILON),
                                                idempotency_key=f"e3-floor-{buyer.id}", request_hash="-")
             p = {"a": attribute_id, "e": Decimal(EPSILON), "buyer": buyer.id, "purchase": purchase.id,
-                 "share": OWNER_SHARE, "chunk": CHUNK, "e_micro": int(Decimal(EPSILON) * 1_000_000),
-                 "head": int(Decimal(CEILING) * 1_000_000)}
+                 "chunk": CHUNK, "e_micro": int(Decimal(EPSILON) * 1_000_000),
+                 "head": int(Decimal(CEILING) * 1_000_000), "share_units": int(OWNER_SHARE * MONEY_UNITS),
+                 "price": PRICE * n, "shares": OWNER_SHARE * n, "fee": (PRICE - OWNER_SHARE) * n}
             # one new sealed point row per block at e (the size of the head row's: as many slots, as many bytes)
             c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision) "
                       "SELECT h.block_id, h.attribute_id, %(e_micro)s, h.present, h.sealed, 0 "
@@ -219,27 +228,33 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
                       "VALUES (%s, md5(random()::text) || md5(random()::text), "
                       "md5(random()::text) || md5(random()::text), %s, now()) RETURNING id", [attribute_id, n])
             p["block"] = c.fetchone()[0]
-            c.execute("INSERT INTO accounts_ledgerentry (block_id, value_id, purchase_id, kind, created_at, epsilon, "
-                      "chain_loss_before, chain_loss_after, oneshot_loss_before, oneshot_loss_after, ceiling, "
-                      "schedule_shape, guarantee) "
-                      "SELECT %(block)s, b.value_id, %(purchase)s, 'chain_release', now(), %(e)s, 0, %(e)s, "
-                      "b.oneshot_loss, b.oneshot_loss, b.ceiling, '', '' FROM accounts_budgetaccount b "
-                      f"JOIN ({values}) v ON v.id = b.value_id ORDER BY b.value_id", p)
-            entries = c.rowcount
-            c.execute("UPDATE accounts_moneyaccount a SET balance = a.balance + %(share)s "
-                      f"FROM ({values}) v WHERE a.user_id = v.owner_id AND a.kind = 'owner_earnings'", p)
-            owners = c.rowcount
-            c.execute("INSERT INTO accounts_moneyentry (account_id, purchase_id, amount, balance_after, memo, "
-                      "created_at) SELECT a.id, %(purchase)s, %(share)s, a.balance, 'share of a sale', now() "
-                      f"FROM accounts_moneyaccount a JOIN ({values}) v ON a.user_id = v.owner_id "
-                      "WHERE a.kind = 'owner_earnings' ORDER BY a.id", p)
-            c.execute("WITH moved AS (UPDATE accounts_moneyaccount SET balance = balance + CASE WHEN user_id IS NULL "
-                      "THEN %(fee)s ELSE -%(price)s END WHERE user_id = %(buyer)s OR kind = 'platform' "
-                      "RETURNING id, user_id, balance) INSERT INTO accounts_moneyentry (account_id, purchase_id, "
-                      "amount, balance_after, memo, created_at) SELECT id, %(purchase)s, CASE WHEN user_id IS NULL "
-                      "THEN %(fee)s ELSE -%(price)s END, balance, CASE WHEN user_id IS NULL THEN 'platform fee' ELSE "
-                      "'purchase' END, now() FROM moved",
-                      {**p, "price": PRICE * n, "fee": (PRICE - OWNER_SHARE) * n})
+            # one compact release row per chain block: the block's values in value-id order, at their positions
+            c.execute("INSERT INTO accounts_ledgerrelease (block_id, position, shard, purchase_id, chain_block_id, "
+                      "kind, guarantee, epsilon, created_at, count, first_value, last_value, value_ids, owner_ids, "
+                      "chain_before, chain_after, oneshot_before, oneshot_after, ceiling, earnings) "
+                      "SELECT %(block)s, min(pos), %(a)s, %(purchase)s, block_id, 'chain_release', '', %(e)s, now(), "
+                      "count(*), min(id), max(id), array_agg(id ORDER BY id), array_agg(owner_id ORDER BY id), "
+                      "array_agg(0::bigint ORDER BY id), array_agg(%(e_micro)s::bigint ORDER BY id), "
+                      "array_agg(ob ORDER BY id), array_agg(ob ORDER BY id), array_agg(ceil ORDER BY id), "
+                      "array_agg(%(share_units)s::bigint ORDER BY id) "
+                      "FROM (SELECT v.id, v.owner_id, v.block_id, row_number() OVER (ORDER BY v.id) - 1 AS pos, "
+                      "round(b.oneshot_loss * 1000000)::bigint AS ob, round(b.ceiling * 1000000)::bigint AS ceil "
+                      "FROM market_value v JOIN accounts_budgetaccount b ON b.value_id = v.id "
+                      "WHERE v.attribute_id = %(a)s) t GROUP BY block_id", p)
+            releases = c.rowcount
+            # 3 money movements: the buyer's debit, the owners' total share to the attribute's pending account,
+            # the platform's fee (balances and entries)
+            c.execute("WITH moved AS (UPDATE accounts_moneyaccount SET balance = balance + CASE kind "
+                      "WHEN 'platform' THEN %(fee)s WHEN 'owners_pending' THEN %(shares)s ELSE -%(price)s END "
+                      "WHERE (user_id = %(buyer)s AND kind = 'buyer_credit') OR kind = 'platform' "
+                      "OR (kind = 'owners_pending' AND shard = %(a)s) RETURNING id, kind, balance) "
+                      "INSERT INTO accounts_moneyentry (account_id, purchase_id, amount, balance_after, kind, memo, "
+                      "created_at) SELECT id, %(purchase)s, CASE kind WHEN 'platform' THEN %(fee)s "
+                      "WHEN 'owners_pending' THEN %(shares)s ELSE -%(price)s END, balance, CASE kind "
+                      "WHEN 'platform' THEN 'fee' WHEN 'owners_pending' THEN 'earning' ELSE 'purchase' END, CASE kind "
+                      "WHEN 'platform' THEN 'platform fee' WHEN 'owners_pending' THEN 'owners'' shares, to settle' "
+                      "ELSE 'purchase' END, now() FROM moved", p)
+            money = c.rowcount
             c.execute("INSERT INTO market_purchasechunk (purchase_id, seq, count, value_ids, outputs) "
                       "SELECT %(purchase)s, k, count(*), string_agg(int8send(id), ''::bytea ORDER BY id), "
                       "string_agg('\\x0000'::bytea, ''::bytea) "
@@ -248,10 +263,19 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             checks = time.perf_counter()
             c.execute("SET CONSTRAINTS ALL IMMEDIATE")
             end = time.perf_counter()
+            # untimed: what was written
+            c.execute("SELECT count(*), coalesce(sum(count), 0), coalesce(sum(cardinality(owner_ids)), 0) "
+                      "FROM accounts_ledgerrelease WHERE purchase_id = %s", [purchase.id])
+            _, released, owners = c.fetchone()
+            c.execute("SELECT a.kind, e.amount FROM accounts_moneyentry e JOIN accounts_moneyaccount a "
+                      "ON a.id = e.account_id WHERE e.purchase_id = %s", [purchase.id])
+            moves = dict(c.fetchall())
             blocks = -(-n // settings.LDP_CHAIN_BLOCK)
-            if (chains, entries, owners) != (blocks, n, n):
-                raise RuntimeError(f"writes alone: {chains} chain points, {entries} entries, {owners} owners; "
-                                   f"expected {blocks} points, {n} entries and owners")
+            want = {"buyer_credit": -p["price"], "owners_pending": p["shares"], "platform": p["fee"]}
+            if (chains, releases, released, owners, money) != (blocks, blocks, n, n, 3) or moves != want:
+                raise RuntimeError(f"writes alone: {chains} chain points, {releases} release rows of {released} "
+                                   f"values and {owners} owners, {money} money entries {moves}; expected {blocks} "
+                                   f"points, {blocks} release rows of {n} values and owners, 3 money entries {want}")
             raise _RollBack(end - start, end - checks)
     except _RollBack as done:
         return done.seconds, done.fk_seconds
@@ -280,7 +304,9 @@ PROBES = [
     ("market.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
     ("market.purchases", None, "_move_money", "money movements (_move_money)"),
     ("market.purchases", None, "_write_chunks", "write outputs (_write_chunks)"),
-    ("accounts.ledger", None, "append", "ledger block (ledger.append)"),
+    ("accounts.ledger", None, "append", "ledger block + compact rows (ledger.append)"),
+    ("ldpmarket.storage", None, "check_deferred_constraints", "deferred row checks (check_deferred_constraints)"),
+    ("market.purchases", None, "_credit_platform", "platform fee (_credit_platform)"),
 ]
 #: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
 GAPS = {
@@ -397,23 +423,41 @@ def _dsn() -> str:
     return f"postgresql://{auth}@{d['HOST'] or 'localhost'}:{d['PORT'] or 5432}/{d['NAME']}"
 
 
-def _plan(sql: str, params) -> list[str]:
-    """EXPLAIN (no ANALYZE: nothing runs, nothing is locked) of a statement the purchase ran."""
-    from django.db import connection
+class _HeldSettlements:
+    """Holds back the owners' settlement a purchase enqueues on commit (``jobs.SETTLE_EARNINGS``): with this
+    set-up's eager Celery it would run in-process, inside ``purchase_execute``'s commit, and be timed as part of
+    the purchase, which it is not (owners are paid later, in batches).  Other tasks are sent as usual."""
 
-    with connection.cursor() as c:
-        c.execute("EXPLAIN " + sql, params)
-        return [row[0] for row in c.fetchall()]
+    def __init__(self):
+        self.held: list[tuple] = []
+        self._original = None
 
+    def __enter__(self):
+        from ldpmarket import jobs
 
-MONEY_LOCK_MARKERS = ('FROM "accounts_moneyaccount"', "FOR UPDATE")
+        self._original = original = jobs.enqueue
+
+        def enqueue(task_name, *args):
+            if task_name == jobs.SETTLE_EARNINGS:
+                self.held.append(args)
+                return
+            original(task_name, *args)
+
+        jobs.enqueue = enqueue
+        return self
+
+    def __exit__(self, *exc):
+        from ldpmarket import jobs
+
+        jobs.enqueue = self._original
+        return False
 
 
 def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cProfile.Profile | None = None,
                   time_bound: float | None = None) -> dict:
     """One purchase, timed; with ``time_bound`` it is cancelled (rolled back) if it runs longer."""
     import psycopg
-    from django.db import OperationalError, connection
+    from django.db import OperationalError
 
     from market.models import Attribute, Purchase
     from market.purchases import purchase_claim, purchase_execute
@@ -421,18 +465,12 @@ def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cP
     buyer = _new_buyer(n)
     attribute = Attribute.objects.get(id=attribute_id)
     pr = _Probes()
-    statements: dict[str, tuple] = {}
-
-    def capture(execute, sql, params, many, context):  # the statement locking the money accounts
-        if all(m in sql for m in MONEY_LOCK_MARKERS) and "money_lock" not in statements:
-            statements["money_lock"] = (sql, params)
-        return execute(sql, params, many, context)
-
+    settlements = _HeldSettlements()
     if probes:
         pr.install()
     watchdog = _Watchdog(time_bound) if time_bound else None
     try:
-        with connection.execute_wrapper(capture):
+        with settlements:
             if watchdog:
                 watchdog.__enter__()
             start = time.perf_counter()
@@ -448,9 +486,8 @@ def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cP
                     raise
                 stuck = pr.current or "inline code of purchase_execute or COMMIT"
                 elapsed = time.perf_counter() - start
-                plan = _plan(*statements["money_lock"]) if "money_lock" in statements else None
                 return {"timed_out": True, "seconds": elapsed, "stuck_in": stuck, "stuck_query": watchdog.query,
-                        "money_lock_plan": plan, "phases": None}
+                        "phases": None}
             finally:
                 if profile is not None:
                     profile.disable()
@@ -466,20 +503,24 @@ def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cP
     want_price = PRICE * n
     if purchase.price != want_price:
         raise RuntimeError(f"purchase price {purchase.price}, expected {want_price}")
+    if settlements.held != [(attribute_id,)]:
+        raise RuntimeError(f"the purchase enqueued the settlements {settlements.held}, expected one of {attribute_id}")
     phases = None
     if probes:
         phases = {"purchase_claim": claim_end - start}
         phases.update(pr.phases(claim_end, end))
-    plan = _plan(*statements["money_lock"]) if "money_lock" in statements else None
     return {"timed_out": False, "seconds": end - start, "claim_seconds": claim_end - start,
-            "purchase_id": purchase.id, "phases": phases, "money_lock_plan": plan}
+            "purchase_id": purchase.id, "phases": phases}
 
 
 def _check(attribute_id: int, n: int, purchase_id: int) -> None:
-    """After a purchase: every budget at 0.35, every chain one point longer, one ledger entry per value."""
+    """After a purchase: every budget at 0.35, every chain one point longer, one ledger entry per value (through
+    the per-value view) in one compact release row per chain block carrying each owner's share, and 3 money
+    entries netting to zero, the attribute's pending account credited the owners' total share."""
     from django.conf import settings
     from django.db import connection
 
+    blocks = -(-n // settings.LDP_CHAIN_BLOCK)
     with connection.cursor() as c:
         c.execute("SELECT count(*), min(chain_loss), max(chain_loss) FROM accounts_budgetaccount b "
                   "JOIN market_value v ON v.id = b.value_id WHERE v.attribute_id = %s", [attribute_id])
@@ -490,12 +531,20 @@ def _check(attribute_id: int, n: int, purchase_id: int) -> None:
                   "JOIN market_chainblock b ON b.id = p.block_id WHERE b.attribute_id = %s AND p.epsilon = %s",
                   [attribute_id, int(Decimal(EPSILON) * 1_000_000)])
         rows, present, used = c.fetchone()
-        assert rows == -(-n // settings.LDP_CHAIN_BLOCK) and present == used == n, (rows, present, used)
-        c.execute("SELECT count(*) FROM accounts_ledgerentry WHERE purchase_id = %s", [purchase_id])
-        assert c.fetchone()[0] == n
-        c.execute("SELECT count(*), sum(amount) FROM accounts_moneyentry WHERE purchase_id = %s", [purchase_id])
-        entries, total = c.fetchone()
-        assert entries == n + 2 and total == 0, (entries, total)
+        assert rows == blocks and present == used == n, (rows, present, used)
+        c.execute("SELECT count(*), count(DISTINCT value_id), sum(earning) FROM accounts_ledgerentry "
+                  "WHERE purchase_id = %s", [purchase_id])
+        entries, distinct, earned = c.fetchone()
+        assert entries == distinct == n and earned == OWNER_SHARE * n, (entries, distinct, earned)
+        c.execute("SELECT count(*), sum(count) FROM accounts_ledgerrelease WHERE purchase_id = %s", [purchase_id])
+        releases, released = c.fetchone()
+        assert releases == blocks and released == n, (releases, released)
+        c.execute("SELECT count(*), sum(amount), sum(amount) FILTER (WHERE a.kind = 'owners_pending' "
+                  "AND a.shard = %s), count(*) FILTER (WHERE a.kind = 'owner_earnings') "
+                  "FROM accounts_moneyentry e JOIN accounts_moneyaccount a ON a.id = e.account_id "
+                  "WHERE e.purchase_id = %s", [attribute_id, purchase_id])
+        money, total, pending, owners = c.fetchone()
+        assert money == 3 and total == 0 and pending == OWNER_SHARE * n and owners == 0, (money, total, pending, owners)
 
 
 # --------------------------------------------------------------------------- profile
@@ -504,7 +553,7 @@ DEFERRED_SQL = """
 SELECT c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text
   FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
  WHERE c.contype = 'f' AND c.condeferred
-   AND c.conrelid::regclass::text IN ('accounts_ledgerentry', 'accounts_moneyentry',
+   AND c.conrelid::regclass::text IN ('accounts_ledgerrelease', 'accounts_ledgerevent', 'accounts_moneyentry',
                                       'market_purchasechunk')
  ORDER BY 1, 2"""
 
@@ -512,32 +561,30 @@ SELECT c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text
 def _profile(attribute_id: int, n: int, top: int = 18) -> dict:
     """One untimed purchase under cProfile: the functions with the most own time, and key cumulative times.
 
-    In this run only, ``SET CONSTRAINTS ALL IMMEDIATE`` is issued right after the last write
-    (``_write_chunks``), so the deferred foreign-key checks that otherwise run inside COMMIT are
-    timed on their own (same checks, same transaction, only earlier).
+    The purchase runs its deferred row checks itself after its last row write (``storage.check_deferred_constraints``,
+    before crediting the platform); they are timed on their own here as well (wall time, under the profiler).
     """
     from django.db import connection
 
-    from market import purchases
+    from ldpmarket import storage
 
     _reset()
     prof = cProfile.Profile()
-    original = purchases._write_chunks
-    deferred = {}
+    original = storage.check_deferred_constraints
+    deferred = {"seconds": 0.0}
 
-    def write_chunks_then_check(*args, **kwargs):
-        result = original(*args, **kwargs)
+    def timed_check(*args, **kwargs):
         start = time.perf_counter()
-        with connection.cursor() as c:
-            c.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        deferred["seconds"] = time.perf_counter() - start
-        return result
+        try:
+            return original(*args, **kwargs)
+        finally:
+            deferred["seconds"] += time.perf_counter() - start
 
-    purchases._write_chunks = write_chunks_then_check
+    storage.check_deferred_constraints = timed_check
     try:
         run = _run_purchase(attribute_id, n, probes=False, profile=prof)
     finally:
-        purchases._write_chunks = original
+        storage.check_deferred_constraints = original
     with connection.cursor() as c:
         c.execute(DEFERRED_SQL)
         constraints = [f"{t}.{col} -> {ref}" for t, col, ref in c.fetchall()]
@@ -564,18 +611,6 @@ def _short_path(filename: str) -> str:
 
 # --------------------------------------------------------------------------- main
 
-def _subplan_kind(plan: list[str] | None) -> str | None:
-    """How the plan of _lock_money's query tests ``user_id IN (owners)``: hashed (linear) or not (quadratic)."""
-    if not plan:
-        return None
-    text = "\n".join(plan)
-    if "hashed SubPlan" in text:
-        return "hashed SubPlan (one hash probe per account: linear)"
-    if "SubPlan" in text:
-        return "plain SubPlan over a Materialize (scans the owner list per account: quadratic)"
-    return "no SubPlan (" + plan[0].strip()[:60] + ")"
-
-
 def measure(n: int, rounds: int) -> dict:
     t0 = time.perf_counter()
     attribute_id = _setup(n)
@@ -595,16 +630,14 @@ def measure(n: int, rounds: int) -> dict:
         if run["timed_out"]:
             timed_out = run
             print(f"  n={_common.pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best; purchase "
-                  f"CANCELLED after {run['seconds']:.0f} s (E3_MAX_SECONDS), stuck in {run['stuck_in']}; its "
-                  f"money-account lock query is planned as: {_subplan_kind(run['money_lock_plan'])}", flush=True)
+                  f"CANCELLED after {run['seconds']:.0f} s (E3_MAX_SECONDS), stuck in {run['stuck_in']}", flush=True)
             break
         _check(attribute_id, n, run["purchase_id"])
         runs.append(run)
         purchase_best = min(purchase_best, run["seconds"])
         print(f"  n={_common.pow10(n)} round {r + 1}/{rounds}: limit {n / limit_best:,.0f} rows/s best, writes alone "
               f"{n / writes_best:,.0f} values/s best, purchase {n / run['seconds']:,.0f} values/s "
-              f"({run['seconds']:.2f} s); money-account lock: "
-              f"{_subplan_kind(run['money_lock_plan'])}", flush=True)
+              f"({run['seconds']:.2f} s)", flush=True)
     out = {"n": n, "rounds": rounds, "attribute_id": attribute_id, "limit_seconds": limit_best,
            "limit_rows_per_second": n / limit_best, "limit_us_per_row": 1e6 * limit_best / n,
            "reference_writes_alone_seconds": writes_best,
@@ -617,9 +650,7 @@ def measure(n: int, rounds: int) -> dict:
             "purchase_values_per_second": None, "purchase_values_per_second_at_most": n / secs,
             "us_per_value": None, "us_per_value_at_least": 1e6 * secs / n,
             "ratio_to_limit": None, "ratio_to_limit_at_most": limit_best / secs, "pass": False,
-            "stuck_in": timed_out["stuck_in"], "stuck_query": timed_out["stuck_query"],
-            "money_lock_plan": timed_out["money_lock_plan"],
-            "money_lock_subplan": _subplan_kind(timed_out["money_lock_plan"]), "phases_best_round": {}})
+            "stuck_in": timed_out["stuck_in"], "stuck_query": timed_out["stuck_query"], "phases_best_round": {}})
         return out
     best = min(runs, key=lambda run: run["seconds"])
     out.update({
@@ -628,8 +659,7 @@ def measure(n: int, rounds: int) -> dict:
         "ratio_to_writes_alone": writes_best / purchase_best,
         "pass": limit_best / purchase_best >= TARGET,
         "purchase_seconds_all_rounds": [run["seconds"] for run in runs],
-        "phases_best_round": best["phases"], "money_lock_plan": best["money_lock_plan"],
-        "money_lock_subplan": _subplan_kind(best["money_lock_plan"]),
+        "phases_best_round": best["phases"],
         "rounds_cancelled": 1 if timed_out else 0,
     })
     return out
@@ -719,16 +749,6 @@ def main() -> dict:
               f"money) vs a set-based UPDATE of the same budget rows (the limit); reference bound, not a target: "
               f"the rows a purchase writes, written by set-based SQL alone; best of the rounds; PostgreSQL "
               f"{pg_version.split()[1]}")
-    _common.print_table(
-        ["n", "money accounts (_lock_money) s", "us/value", "plan of its SELECT ... FOR UPDATE (user_id IN owners)"],
-        [[_common.pow10(r["n"]),
-          f"{r['phases_best_round'].get('money accounts (_lock_money)', 0.0):.3f}" if r["finished"]
-          else f"cancelled in it after {r['purchase_seconds_at_least']:.0f} s" if r["stuck_in"] and "_lock_money"
-          in r["stuck_in"] else f"cancelled in {r['stuck_in']}",
-          f"{1e6 * r['phases_best_round'].get('money accounts (_lock_money)', 0.0) / r['n']:.2f}"
-          if r["finished"] else "-", r["money_lock_subplan"] or "-"] for r in results],
-        title="Hot spot: market.purchases._lock_money's locking query (Q(...) | Q(user__in=subquery)), "
-              "EXPLAIN of the statement the purchase ran")
     finished = [r for r in results if r["finished"]]
     phase_names: list[str] = []
     for r in finished:  # (nothing printed when no size finished)
@@ -757,11 +777,14 @@ def main() -> dict:
               f"{100 * r['cumtime'] / profile['seconds_under_profile']:.1f}%"]
              for r in profile["top_cumulative_in_service"]],
             title="... and the service's functions by cumulative time")
-        print(f"Deferred foreign-key checks (SET CONSTRAINTS ALL IMMEDIATE after the last write, same run): "
+        print(f"Deferred row checks (storage.check_deferred_constraints: SET CONSTRAINTS ALL IMMEDIATE after the "
+              f"purchase's last row write, before the platform's fee; same run): "
               f"{profile['deferred_fk_check_seconds']:.3f} s "
               f"({100 * profile['deferred_fk_check_seconds'] / profile['seconds_under_profile']:.0f}% of the "
-              f"profiled purchase); in the timed runs they run inside COMMIT ('save purchase + commit').")
-        print("Deferred FK constraints checked per inserted row (tables a purchase inserts n rows into): "
+              f"profiled purchase); in the timed runs they are the phase 'deferred row checks'.")
+        print("Deferred FK constraints checked per inserted row (the ledger's compact release rows, one per chain "
+              "block, and its budget events, which budget changes write, not purchases; the purchase's 3 money "
+              "entries; its output chunks): "
               + ", ".join(profile["deferred_fk_constraints"]) + "\n", flush=True)
 
     small, big = results[0], results[-1]
@@ -796,16 +819,22 @@ def main() -> dict:
             "n_values": list(N_VALUES), "rounds": {str(k): v for k, v in ROUNDS.items()}, "epsilon": EPSILON,
             "m": 5, "grid": "0.1 step 0.1, chains stored at 0.1 .. 1.0", "ceiling": CEILING,
             "price_policy": "default: points (0, 0), (1, 0.01), (10, 0.05); owner share 0.8",
-            "owners": "one owner per value (n owners paid per purchase); earnings accounts exist beforehand",
+            "owners": "one owner per value; a purchase records each value's owner share in its compact ledger rows "
+                      "and credits their total to the attribute's owners_pending account (3 money entries per "
+                      "purchase: buyer, pending, platform); owners are paid later in batches "
+                      "(accounts.money.earnings_settle), not part of the purchase and not timed (the settlement "
+                      "task the purchase enqueues is held back); the platform and pending accounts exist beforehand",
             "target_ratio": TARGET, "linear_factor": LINEAR_FACTOR, "postgresql": pg_version,
             "purchase": "purchase_claim + purchase_execute (market.purchases), called directly, secure default "
                         "rng; a fresh buyer per run (no upgrade credit)",
             "limit": "UPDATE accounts_budgetaccount SET chain_loss = GREATEST(chain_loss, 0.35), updated_at = now() "
                      "WHERE value_id IN (SELECT id FROM market_value WHERE attribute_id = %s), with its commit",
             "reference_writes_alone": "the purchase's rows written by set-based SQL in one transaction (one "
-                                      "chain point row per block, budgets, ledger block and n entries, n owners' "
-                                      "balances and entries, buyer and platform, output chunks), deferred FK "
-                                      "checks forced, then rolled back (the commit's WAL flush not timed)",
+                                      "chain point row per block, budgets, a ledger block and one compact "
+                                      "accounts_ledgerrelease row per chain block (array_agg of the block's values), "
+                                      "3 money movements: buyer debit, owners_pending credit, platform fee; output "
+                                      "chunks), deferred FK checks forced, then rolled back (the commit's WAL "
+                                      "flush not timed)",
             "reset_before_each_timed_run": "market_chainpoint re-filled from a snapshot and market_chainblock heads and "
                                            "revisions put back, chain_loss = 0, VACUUM ANALYZE, "
                                            "CHECKPOINT",

@@ -633,6 +633,7 @@ def export(owner: User) -> dict:
         "earnings": {
             "total": _s(sum((e[1] for e in entries), ZERO_MONEY)),
             "balance": _s(account.balance if account else ZERO_MONEY),
+            "pending": _s(money_selectors.unsettled_earnings(owner)),
             "entries": [{"at": _t(at), "amount": _s(a), "balance_after": _s(bal), "memo": memo, "purchase": p}
                         for at, a, bal, memo, p in entries],
         },

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, LedgerEvent, LedgerRelease, MoneyAccount
+from accounts.money import earnings_settle
 from accounts.services import BudgetError, budget_set_paused
 from audit.budget_audit import audit_budgets
 from market import purchases
@@ -347,9 +348,18 @@ def test_money_and_ledger_of_a_oneshot_purchase():
     assert p.price == unit * 6 and p.charged_epsilon == D("1.5") and p.guarantee == "ldp"
     assert MoneyAccount.objects.get(user=buyer, kind="buyer_credit").balance == D("10") - p.price
     share = (unit * policy.owner_share).quantize(D("0.0001"), rounding="ROUND_FLOOR")
+    # the owners' shares wait in the attribute's pending account, each recorded on its value's ledger entry ...
+    pending = MoneyAccount.objects.get(kind="owners_pending", shard=attribute.id)
+    assert pending.balance == 6 * share
+    assert [e.earning for e in LedgerEntry.objects.filter(purchase=p)] == [share] * 6
+    assert not MoneyAccount.objects.filter(kind="owner_earnings", balance__gt=0).exists()
+    assert MoneyAccount.objects.get(kind="platform").balance == p.price - 6 * share
+    # ... until they are settled (the task enqueued on the purchase's commit): each owner is credited their share
+    settlement = earnings_settle(shard=attribute.id)
+    assert (settlement.amount, settlement.owners) == (6 * share, 6)
     for v in vs:
         assert MoneyAccount.objects.get(user=v.owner, kind="owner_earnings").balance == share
-    assert MoneyAccount.objects.get(kind="platform").balance == p.price - 6 * share
+    assert MoneyAccount.objects.get(id=pending.id).balance == 0
     assert not held_epsilons(buyer.id, attribute, np.array([v.id for v in vs])).any()  # one-shot: no upgrade credit
     entries = LedgerEntry.objects.filter(purchase=p)
     assert entries.count() == 6 and {e.kind for e in entries} == {"oneshot_release"}

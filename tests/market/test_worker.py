@@ -16,18 +16,23 @@ import os
 import re
 import signal
 import time
+import uuid
 from decimal import Decimal
 
 import numpy as np
 import pytest
 
 from accounts.epsilon import from_micro, to_micro
-from accounts.models import BudgetAccount
+from accounts.models import BudgetAccount, LedgerRelease, MoneyAccount, MoneyEntry, Settlement
 from accounts.services import budget_set_ceiling
+from audit.budget_audit import audit_budgets
 from market import tasks
-from market.models import ChainBlock, ChainPoint, Value
+from market.models import ChainBlock, ChainPoint, Purchase, Value
+from market.pricing import DEFAULT_POLICY, PricePolicy
+from market.purchases import purchase_claim
 from market.services import chains_extend
-from tests.factories import CategoricalAttributeFactory, chain_heads, chain_rows, contribute
+from tests.factories import (BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute,
+                             fund)
 from tests.market.stats import ALPHA, chi_square, pair_laws, table
 from tests.workerproc import Broker, wait_until
 
@@ -93,6 +98,48 @@ def test_a_real_worker_extends_chains_enqueued_on_commit(broker):
     wait_until(lambda: len(results()) >= 3, 60, message=worker.log)
     assert results() == ["1", "300", "0"]
     assert chain_rows(attribute) == before and at_rest(attribute) == stored
+
+
+def test_a_purchase_run_by_the_worker_gets_its_owners_earnings_settled_by_itself(broker):
+    """The worker runs a purchase; its commit enqueues its attribute's settlement (``settle_earnings``), which the
+    worker runs too: with nothing more from the test, the pending account empties into the owners' balances."""
+    worker = broker.start()
+    attribute = CategoricalAttributeFactory(price_policy=DEFAULT_POLICY)
+    values = contribute(attribute, ["red", "green", "blue"] * 5, ceiling="2")
+    buyer = BuyerFactory()
+    fund(buyer, "10")
+    purchase, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon=D("1.5"), cohort=None,
+                                 idempotency_key=uuid.uuid4().hex)
+    broker.send(tasks.run_purchase.name, purchase.id)
+    policy = PricePolicy.parse(DEFAULT_POLICY)
+    share = D(int(policy.owner_units(policy.charge_units(1_500_000, np.zeros(1, dtype=np.int64)))[0])) / 10_000
+    assert share > 0
+
+    def earnings():
+        return dict(MoneyAccount.objects.filter(kind=MoneyAccount.Kind.OWNER_EARNINGS)
+                    .values_list("user_id", "balance"))
+
+    def settled():
+        pending = MoneyAccount.objects.filter(kind=MoneyAccount.Kind.OWNERS_PENDING, shard=attribute.id).first()
+        return pending is not None and pending.balance == 0 and len(earnings()) == len(values)
+
+    wait_until(settled, 90, interval=0.1, message=worker.log)
+    purchase.refresh_from_db()
+    assert purchase.status == Purchase.Status.COMPLETED and purchase.included == len(values), purchase.error
+    assert earnings() == {v.owner_id: share for v in values}
+    # the purchase credited the pending account with every owner's share; one settlement paid it all out
+    pending = MoneyAccount.objects.get(kind=MoneyAccount.Kind.OWNERS_PENDING, shard=attribute.id)
+    assert list(MoneyEntry.objects.filter(account=pending).order_by("id").values_list("amount", flat=True)) == [
+        share * len(values), -share * len(values)]
+    [s] = Settlement.objects.filter(shard=attribute.id)
+    rows = LedgerRelease.objects.filter(shard=attribute.id)
+    assert (s.after_release, s.through_release, s.releases) == (0, max(r.id for r in rows), rows.count())
+    assert (s.amount, s.owners) == (share * len(values), len(values))
+    pattern = re.compile(r"settle_earnings\[[0-9a-f-]+\] succeeded in [0-9.e-]+s: (\d+)")
+    wait_until(lambda: pattern.findall(worker.text()), 30, message=worker.log)
+    assert pattern.findall(worker.text()) == ["1"], worker.log()
+    report = audit_budgets()
+    assert report.ok, report.as_text()
 
 
 # ---------------------------------------------------------------------------------------------

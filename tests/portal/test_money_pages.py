@@ -23,9 +23,11 @@ PRICEY = {"points": [["0", "0"], ["10", "10"]], "owner_share": "0.8"}  # 1.00 pe
 
 @pytest.fixture
 def earning_owner(owner, buyer):
+    """An owner paid 0.80 for one sale: the purchase's earnings settled, as the task enqueued on its commit does."""
     attribute = CategoricalAttributeFactory(labels=["red", "green", "blue"], price_policy=PRICEY)
     contribute_one(owner, attribute, "red", ceiling="2")
     purchase(buyer, attribute, "1")
+    money.earnings_settle(shard=attribute.id)
     return owner
 
 
@@ -49,10 +51,35 @@ def test_the_money_page_shows_balance_statement_and_currency(owner_client, earni
     assert r.status_code == 200
     page, html = text(r), r.content.decode()
     assert re.search(r'id="money-balance">0\.80 GBP<', html)
-    assert "Earning · share of a sale" in page and "0.80 GBP" in page
+    assert re.search(r'id="money-pending">0(\.00)? GBP<', html)  # everything earned is settled
+    assert "Earning · settled earnings" in page and "0.80 GBP" in page
     assert "No payouts yet." in page
     assert 'href="/portal/money/"' in owner_client.get("/portal/").content.decode()  # in the navigation
     assert "GBP" in text(owner_client.get("/portal/"))
+
+
+def test_unsettled_earnings_show_as_pending_until_settled_into_the_balance(owner_client, owner, buyer):
+    """Right after a sale the owner's share is pending (earned, not yet in the balance); once the attribute's
+    earnings are settled it is in the balance, with the settlement's entry in the statement."""
+    attribute = CategoricalAttributeFactory(labels=["red", "green", "blue"], price_policy=PRICEY)
+    contribute_one(owner, attribute, "red", ceiling="2")
+    purchase(buyer, attribute, "1")
+    html = owner_client.get("/portal/money/").content.decode()
+    assert re.search(r'id="money-pending">0\.80 EUR<', html)
+    assert re.search(r'id="money-balance">0\.00 EUR<', html)
+    assert "settled earnings" not in html
+    assert MoneyAccount.objects.get(kind="owners_pending", shard=attribute.id).balance == Decimal("0.80")
+
+    settlement = money.earnings_settle(shard=attribute.id)
+    assert settlement is not None and settlement.amount == Decimal("0.80") and settlement.owners == 1
+    r = owner_client.get("/portal/money/")
+    page, html = text(r), r.content.decode()
+    assert re.search(r'id="money-pending">0\.00 EUR<', html)
+    assert re.search(r'id="money-balance">0\.80 EUR<', html)
+    assert "Earning · settled earnings" in page
+    assert earnings(owner) == Decimal("0.80")
+    assert MoneyAccount.objects.get(kind="owners_pending", shard=attribute.id).balance == Decimal(0)
+    assert money.earnings_settle(shard=attribute.id) is None  # nothing left to settle
 
 
 def test_an_owner_requests_a_payout_and_sees_it(owner_client, earning_owner):

@@ -17,6 +17,7 @@ from django.db import connection
 from django.test import Client
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
+from accounts.money import earnings_settle
 from market.models import ChainBlock, ChainPoint, Purchase, Value
 from market.pricing import DEFAULT_POLICY
 from portal.forms import FIELDS_UP_TO, ContributeForm
@@ -310,7 +311,8 @@ def test_a_tagged_value_is_released_as_its_protected_symbol_and_the_tag_reaches_
 
 @pytest.fixture
 def survey_population(owner, buyer):
-    """A binary attribute with the owner's value and 29 others, a chain purchase and an IC survey over it."""
+    """A binary attribute with the owner's value and 29 others, a chain purchase and an IC survey over it, the
+    owners' earnings of each settled after it (as the task enqueued on each purchase's commit does)."""
     attribute = BinaryAttributeFactory(name="smoker", labels=["no", "yes"], price_policy=DEFAULT_POLICY)
     mine = contribute_one(owner, attribute, "yes", ceiling="3")
     from market.services import values_create_many
@@ -318,8 +320,10 @@ def survey_population(owner, buyer):
     values_create_many(attribute=attribute, owners=make_owners(29, "respondent"), raws=["no", "yes"] * 14 + ["no"],
                        ceiling="3")
     purchase(buyer, attribute, "0.5")
+    earnings_settle(shard=attribute.id)
     survey = oneshot_purchase(buyer, attribute, mechanism="improved_christofides", epsilon="1", p2="0.1")
     assert survey.status == "completed" and survey.guarantee == "per_report_non_collusion"
+    earnings_settle(shard=attribute.id)
     return attribute, mine, survey
 
 
@@ -337,8 +341,13 @@ def test_an_improved_christofides_participation_shows_its_distinct_guarantee(own
         assert "Institute of Careful Statistics" in page
     entry = LedgerEntry.objects.get(value=mine, kind=LedgerEntry.Kind.ONESHOT_RELEASE)
     assert entry.guarantee == LedgerEntry.Guarantee.PER_REPORT and entry.epsilon == survey.charged_epsilon
-    earned = MoneyEntry.objects.get(account__user=mine.owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                    purchase=survey).amount
+    # the owner's share of the survey: the ledger's per-value earning, and what its settlement (the last, after
+    # the chain purchase's) credited them
+    chain_paid, survey_paid = MoneyEntry.objects.filter(
+        account__user=mine.owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS).order_by("id")
+    assert survey_paid.kind == MoneyEntry.Kind.EARNING and survey_paid.settlement_id is not None
+    earned = survey_paid.amount
+    assert earned > 0 and entry.earning == earned
     row = re.search(r'<tr class="release-row one-shot".*?</tr>', owner_client.get("/portal/releases/").content.decode(),
                     re.S).group()
     assert f"{earned:.4f}" in row and f">{charged} <small>(one-shot)" in row

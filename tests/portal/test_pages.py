@@ -11,6 +11,7 @@ import time_machine
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
+from accounts.money import earnings_settle
 from ldpmarket.money import format_money
 from market.models import Value
 from market.pricing import DEFAULT_POLICY
@@ -35,6 +36,8 @@ def text(response) -> str:
 
 def test_the_dashboard_shows_each_value_with_its_budget_loss_head_and_chart(owner_client, value, buyer, attribute):
     purchase(buyer, attribute, "0.5")
+    before = re.search(r'id="earnings-total">([^<]+)<', owner_client.get("/portal/").content.decode()).group(1)
+    earnings_settle(shard=attribute.id)  # the owner paid, as the task enqueued on the purchase's commit does
     response = owner_client.get("/portal/")
     assert response.status_code == 200
     assert response["Cache-Control"].startswith("max-age=0") and "no-store" in response["Cache-Control"]
@@ -48,6 +51,7 @@ def test_the_dashboard_shows_each_value_with_its_budget_loss_head_and_chart(owne
     assert "Institute of Careful Statistics" in page
     earned = MoneyEntry.objects.get(account__user=value.owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS).amount
     assert f'id="earnings-total">{format_money(earned)}<' in html and format_money(earned).endswith(" EUR")
+    assert before == format_money(earned)  # the total counts earnings not settled yet too
     assert "1 release" in page
 
 
@@ -66,7 +70,9 @@ def test_a_scheduled_value_shows_its_schedule_and_planned_ceiling(owner_client, 
 
 def test_the_value_page_shows_releases_history_and_earnings(owner_client, value, buyer, attribute):
     purchase(buyer, attribute, "0.5", seed=1)
+    earnings_settle(shard=attribute.id)  # each purchase's earnings settled after it, as in a deployment
     purchase(buyer, attribute, "1.5", seed=2)  # an upgrade: pays the difference
+    earnings_settle(shard=attribute.id)
     response = owner_client.get(f"/portal/values/{value.id}/")
     page = text(response)
     earnings = list(MoneyEntry.objects.filter(account__user=value.owner).order_by("id").values_list("amount", flat=True))
@@ -87,6 +93,8 @@ def test_the_releases_page_lists_every_release_with_earnings_and_the_total(owner
     contribute_one(owner, second, "blue", ceiling="3", seed=3)
     purchase(buyer, attribute, "1")
     purchase(buyer, second, "2")
+    earnings_settle(shard=attribute.id)  # the owner paid, as the tasks enqueued on the purchases' commits do
+    earnings_settle(shard=second.id)
     response = owner_client.get("/portal/releases/")
     page = text(response)
     total = sum(MoneyEntry.objects.filter(account__user=owner).values_list("amount", flat=True))
@@ -342,6 +350,7 @@ def test_deleting_the_raw_value_asks_first_then_explains_what_remains(owner_clie
 
 def test_the_export_has_all_the_owners_data_as_json(owner_client, owner, value, buyer, attribute):
     purchase(buyer, attribute, "0.7")
+    earnings_settle(shard=attribute.id)  # the owner paid, as the task enqueued on the purchase's commit does
     owner_client.post(f"/portal/values/{value.id}/schedule/", {**SCHEDULE, "action": "save"})
     response = owner_client.get("/portal/export/")
     assert response.status_code == 200 and response["Content-Type"] == "application/json"

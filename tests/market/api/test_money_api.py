@@ -6,7 +6,8 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 
-from accounts.models import MoneyAccount, MoneyEntry, TopUp, User
+from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, TopUp, User
+from accounts.money import earnings_settle
 from accounts.roles import grant_role
 from tests.factories import StaffFactory
 
@@ -21,7 +22,7 @@ def test_buyer_sees_balance_and_currency(api, buyer, settings):
     settings.LDP_CURRENCY = "CHF"
     r = api.get("/api/v1/account/")
     assert r.status_code == 200
-    assert r.json() == {"kind": "buyer_credit", "currency": "CHF", "balance": "100.00"}
+    assert r.json() == {"kind": "buyer_credit", "currency": "CHF", "balance": "100.00", "pending": "0.00"}
 
 
 def test_statement_lists_every_movement_newest_first_with_signed_amounts(api, buyer, categorical):
@@ -64,9 +65,15 @@ def test_owner_sees_earnings(categorical, api):
     assert buy(api, categorical.id, "0.5").status_code == 201
     owner = values[0].owner
     c = client_for(owner)
+    share = LedgerEntry.objects.get(value=values[0], kind="chain_release").earning
+    assert share > 0  # before the settlement: pending, not yet in the balance
+    assert c.get("/api/v1/account/").json() == {"kind": "owner_earnings", "currency": "EUR", "balance": "0.00",
+                                                "pending": f"{share:.2f}"}
+    earnings_settle(shard=categorical.id)  # the owners paid, as the task enqueued on the purchase's commit does
     acct = c.get("/api/v1/account/").json()
     earned = MoneyAccount.objects.get(user=owner, kind="owner_earnings").balance
-    assert acct == {"kind": "owner_earnings", "currency": "EUR", "balance": f"{earned:.2f}"}
+    assert earned == share
+    assert acct == {"kind": "owner_earnings", "currency": "EUR", "balance": f"{earned:.2f}", "pending": "0.00"}
     rows = c.get("/api/v1/account/statement/").json()["results"]
     assert [r["kind"] for r in rows] == ["earning"]
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from accounts.models import BudgetAccount, LedgerEntry
+from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, Settlement
 from market.models import Purchase, PurchaseChunk, Value
 from market.pricing import PricePolicy
 from market.services import value_delete_raw, value_set_pum_tag
@@ -406,7 +406,11 @@ def test_large_oneshot_purchases_and_surveys_run_in_celery(api, members, oneshot
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         r = post(api, path, {"attribute": attribute.id, **body})
     assert r.status_code == 202, r.content
-    assert len(callbacks) == 1  # run_purchase enqueued on commit (and ran: Celery is eager in tests)
+    # run_purchase enqueued on the claim's commit, settle_earnings on the purchase's (both ran: Celery is eager in
+    # tests): the owners are paid
+    assert len(callbacks) == 2
+    assert Settlement.objects.filter(shard=attribute.id).exists()
+    assert MoneyAccount.objects.get(kind="owners_pending", shard=attribute.id).balance == 0
     detail = api.get(r["Location"]).json()
     assert detail["status"] == "completed" and detail["charged_epsilon"] == "1.000000"
     assert Purchase.objects.get(id=detail["id"]).included == (40 if "purchases" in path else 200)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from accounts.models import MoneyEntry
+from accounts.models import MoneyAccount, MoneyEntry, Settlement
 from market import progress
 from market import selectors
 from market.eligible import held_epsilons
@@ -199,7 +199,11 @@ def test_large_purchases_return_202_and_complete_in_celery(api, buyer, categoric
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         r = buy(api, categorical.id, "1.5", key="big")
     assert r.status_code == 202, r.content
-    assert len(callbacks) == 1  # run_purchase was enqueued on commit (and ran: Celery is eager in tests)
+    # run_purchase was enqueued on the claim's commit, and settle_earnings on the purchase's (both ran: Celery is
+    # eager in tests): the owners are paid
+    assert len(callbacks) == 2
+    assert Settlement.objects.filter(shard=categorical.id).exists()
+    assert MoneyAccount.objects.get(kind="owners_pending", shard=categorical.id).balance == 0
     assert r.json()["status"] in ("pending", "running", "completed")
     detail = api.get(r["Location"]).json()
     assert detail["status"] == "completed" and detail["included"] == 60 and detail["progress"] is None
