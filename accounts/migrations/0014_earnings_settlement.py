@@ -4,6 +4,7 @@ and on PostgreSQL a deferred trigger that each settlement's money nets to zero (
 
 import django.db.models.deletion
 from django.db import migrations, models
+from django.db.migrations import exceptions  # noqa: F401  (migrations.exceptions)
 
 FORWARD = """
 CREATE OR REPLACE FUNCTION ldp_settlement_nets_to_zero() RETURNS trigger AS $$
@@ -42,6 +43,23 @@ def forward(apps, schema_editor):
 def backward(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(BACKWARD)
+
+
+def drop_unused_pending_accounts(apps, schema_editor):
+    """Reverse: the model before settlements paid owners in the purchase itself, so money that went through a
+    pending account or a settlement has no form there; the migration is reversible only while none did (the
+    pending accounts purchases opened without paying anything are removed)."""
+    MoneyAccount = apps.get_model("accounts", "MoneyAccount")
+    MoneyEntry = apps.get_model("accounts", "MoneyEntry")
+    if (MoneyEntry.objects.filter(account__kind="owners_pending").exists()
+            or MoneyEntry.objects.filter(settlement__isnull=False).exists()):
+        raise migrations.exceptions.IrreversibleError(
+            "Owners' earnings were recorded for settlement (docs/money.md#settlement); the model before it paid "
+            "owners in each purchase and cannot represent them.")
+    MoneyAccount.objects.filter(kind="owners_pending").delete()
+    if schema_editor.connection.vendor == "postgresql":  # the deletes' checks now, before the ALTER TABLEs
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        schema_editor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 class Migration(migrations.Migration):
@@ -113,4 +131,5 @@ class Migration(migrations.Migration):
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='entries', to='accounts.settlement'),
         ),
         migrations.RunPython(forward, backward),
+        migrations.RunPython(migrations.RunPython.noop, drop_unused_pending_accounts),
     ]
