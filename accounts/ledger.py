@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone as djtz
 
@@ -174,8 +175,6 @@ def _insert_releases(block, created_at, rows: Rows) -> None:
     """The compact rows of a block of releases (``LedgerRelease``, docs/budget-rules.md#the-ledger): one per run
     (``release_runs``), the per-value columns as ``bigint[]`` arrays; one binary COPY per distinct run length
     (on PostgreSQL; SQLite: JSON arrays), no Python object per value."""
-    from django.conf import settings
-
     rec = rows.records
     n = rec.shape[0]
     starts = release_runs(rows, int(settings.LDP_CHAIN_BLOCK))

@@ -7,11 +7,11 @@ single row can express them; the services keep the rest (with row locks) and
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractUser
-from django.db import connection, models
+from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Round
 
-from ldpmarket.fields import Int64ArrayField
+from ldpmarket.storage import Int64ArrayField, value_ranges_overlap
 from ldpmarket.money import format_money
 
 EPS = {"max_digits": 12, "decimal_places": 6}
@@ -341,10 +341,9 @@ class LedgerEntryQuerySet(models.QuerySet):
         they are unnested; filtering the view by ``value_id`` alone would unnest every release row."""
         ids = sorted({int(v) for v in value_ids})
         qs = self.filter(value_id__in=ids)
-        if ids and connection.vendor == "postgresql":
-            ranges = "{" + ",".join(f"[{v},{v}]" for v in ids) + "}"
-            span = "int8range(accounts_ledgerentry.first_value, accounts_ledgerentry.last_value, '[]')"
-            qs = qs.extra(where=[f"{span} && %s::int8multirange"], params=[ranges])
+        narrow = value_ranges_overlap("accounts_ledgerentry.first_value", "accounts_ledgerentry.last_value", ids)
+        if narrow is not None:
+            qs = qs.extra(where=[narrow[0]], params=narrow[1])
         return qs
 
 

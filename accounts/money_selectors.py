@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.apps import apps
 from django.db.models import QuerySet, Sum
 
 from . import roles
@@ -27,8 +28,6 @@ def unsettled_earnings(owner) -> Decimal:
     """What ``owner`` has earned and not yet received in their balance (docs/money.md#settlement): the per-value
     earnings the compact ledger records for their values, less what settlements credited them -- exact, since each
     settlement credits exactly the earnings of the ledger rows it covers."""
-    from django.apps import apps
-
     value_ids = apps.get_model("market", "Value").objects.filter(owner=owner).values_list("id", flat=True)
     recorded = (LedgerEntry.objects.of_values(list(value_ids)).filter(earning__isnull=False)
                 .aggregate(total=Sum("earning"))["total"]) or Decimal("0")

@@ -208,7 +208,8 @@ def check_settlements(rec: Recorder, p, values, a, m, st, rv) -> None:
     # A purchase credits its own attribute's pending account.
     wrong = np.zeros(nm, dtype=bool)
     ppos, pfound = lookup(pids, m["purchase"])
-    wrong[pend] = ~pfound[pend] | (shard_of[pend] != np.where(pfound, p["attribute"][ppos], -1)[pend])
+    attribute_of = np.where(pfound, p["attribute"][ppos], -1) if pids.size else np.full(nm, -1)
+    wrong[pend] = ~pfound[pend] | (shard_of[pend] != attribute_of[pend])
     rec.check(S, "a purchase credits the pending account of its own attribute", wrong, int(pend.sum()),
               lambda i: f"money entry {m['id'][i]}: purchase {m['purchase'][i]} credits the pending account of "
                         f"attribute {shard_of[i]}")

@@ -242,6 +242,12 @@ CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
 # owners enqueues its attribute's settlement on commit; beat settles every attribute every
 # LDP_SETTLE_INTERVAL_SECONDS as well (in case such a task was lost).
 LDP_SETTLE_INTERVAL_SECONDS = env.float("LDP_SETTLE_INTERVAL_SECONDS", default=300.0)
+# The Celery queue settlements go to (default, empty: the queue every task goes to); a deployment may give them
+# their own workers (`celery worker -Q settlements`) so that they never wait behind purchases.
+LDP_SETTLE_QUEUE = env.str("LDP_SETTLE_QUEUE", default="")
+if LDP_SETTLE_QUEUE:
+    CELERY_TASK_ROUTES = {"market.tasks.settle_earnings": {"queue": LDP_SETTLE_QUEUE},
+                          "market.tasks.settle_all_earnings": {"queue": LDP_SETTLE_QUEUE}}
 CELERY_BEAT_SCHEDULE["settle-earnings"] = {
     "task": "market.tasks.settle_all_earnings",
     "schedule": LDP_SETTLE_INTERVAL_SECONDS,

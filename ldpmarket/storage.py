@@ -12,12 +12,13 @@ it is on.  Plumbing: this module imports no app.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
 import numpy as np
-from django.db import Error, connection
+from django.db import Error, connection, models
 
 from . import pgbinary
 
@@ -60,6 +61,54 @@ def _adapt(rows):
     ops = connection.ops
     for row in rows:
         yield tuple(ops.adapt_datetimefield_value(v) if isinstance(v, datetime) else v for v in row)
+
+
+# ------------------------------------------------------------------------------------------- array columns
+
+class Int64ArrayField(models.Field):
+    """A one-dimensional array of 64-bit integers, read as a numpy ``int64`` array: ``bigint[]`` on PostgreSQL
+    (written by binary ``COPY``: ``pgbinary.Column.int8_array``; unnested by SQL views), the JSON text of the
+    list on SQLite (``json_each`` unnests it).  The compact ledger keeps its per-value columns in such arrays
+    (docs/budget-rules.md#the-ledger)."""
+
+    description = "A one-dimensional array of 64-bit integers"
+
+    def db_type(self, connection):
+        return "bigint[]" if connection.vendor == "postgresql" else "text"
+
+    def from_db_value(self, value, expression, connection):
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = json.loads(value)
+        return np.asarray(value, dtype=np.int64)
+
+    def to_python(self, value):
+        if value is None or isinstance(value, np.ndarray):
+            return value
+        if isinstance(value, str):
+            value = json.loads(value)
+        return np.asarray(value, dtype=np.int64)
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        if value is None:
+            return None
+        ints = [int(v) for v in np.asarray(value, dtype=np.int64).tolist()]
+        return ints if connection.vendor == "postgresql" else json.dumps(ints, separators=(",", ":"))
+
+    def value_to_string(self, obj):
+        value = self.value_from_object(obj)
+        return "" if value is None else json.dumps(np.asarray(value).tolist())
+
+
+def value_ranges_overlap(low: str, high: str, ids: list[int]) -> tuple[str, list] | None:
+    """A WHERE clause (and its parameters) keeping the rows whose ``[low, high]`` range of ids holds one of
+    ``ids``: PostgreSQL ``int8range(low, high, '[]') && '{[a,a],[b,b],...}'::int8multirange``, which a GiST index
+    on that expression serves; ``None`` on SQLite (no index to use: the caller's own filter suffices)."""
+    if not ids or not is_postgresql():
+        return None
+    ranges = "{" + ",".join(f"[{int(v)},{int(v)}]" for v in ids) + "}"
+    return f"int8range({low}, {high}, '[]') && %s::int8multirange", [ranges]
 
 
 # ------------------------------------------------------------------------------------------- writing rows

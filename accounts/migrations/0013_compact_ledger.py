@@ -13,7 +13,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import ldpmarket.fields
+import ldpmarket.storage
 
 RELEASE_KINDS = ("chain_release", "oneshot_release")
 ID_SHIFT = 16777216  # 2**24: an entry's id in the view is block id * 2**24 + position
@@ -274,14 +274,14 @@ class Migration(migrations.Migration):
                 ("count", models.PositiveIntegerField()),
                 ("first_value", models.BigIntegerField()),
                 ("last_value", models.BigIntegerField()),
-                ("value_ids", ldpmarket.fields.Int64ArrayField()),
-                ("owner_ids", ldpmarket.fields.Int64ArrayField()),
-                ("chain_before", ldpmarket.fields.Int64ArrayField(help_text="micro-epsilons")),
-                ("chain_after", ldpmarket.fields.Int64ArrayField(help_text="micro-epsilons")),
-                ("oneshot_before", ldpmarket.fields.Int64ArrayField(help_text="micro-epsilons")),
-                ("oneshot_after", ldpmarket.fields.Int64ArrayField(help_text="micro-epsilons")),
-                ("ceiling", ldpmarket.fields.Int64ArrayField(help_text="micro-epsilons")),
-                ("earnings", ldpmarket.fields.Int64ArrayField(blank=True, help_text="money units of 1/10000",
+                ("value_ids", ldpmarket.storage.Int64ArrayField()),
+                ("owner_ids", ldpmarket.storage.Int64ArrayField()),
+                ("chain_before", ldpmarket.storage.Int64ArrayField(help_text="micro-epsilons")),
+                ("chain_after", ldpmarket.storage.Int64ArrayField(help_text="micro-epsilons")),
+                ("oneshot_before", ldpmarket.storage.Int64ArrayField(help_text="micro-epsilons")),
+                ("oneshot_after", ldpmarket.storage.Int64ArrayField(help_text="micro-epsilons")),
+                ("ceiling", ldpmarket.storage.Int64ArrayField(help_text="micro-epsilons")),
+                ("earnings", ldpmarket.storage.Int64ArrayField(blank=True, help_text="money units of 1/10000",
                                                               null=True)),
                 ("block", models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name="releases",
                                             to="accounts.ledgerblock")),

@@ -87,7 +87,8 @@ def test_a_stranded_purchase_is_sent_again_and_completes_once(django_capture_on_
     Purchase.objects.filter(id=failed.id).update(status=Purchase.Status.FAILED, heartbeat_at=stale())
     with django_capture_on_commit_callbacks(execute=True) as sent:
         report = sweeper.sweep()
-    assert report.resumed == [purchase.id, lost.id] and report.failed == [] and len(sent) == 2
+    # the two purchases sent again, and (run eagerly here) the settlement of its owners' earnings each one starts
+    assert report.resumed == [purchase.id, lost.id] and report.failed == [] and len(sent) == 4
     purchase.refresh_from_db()
     assert purchase.status == Purchase.Status.COMPLETED and purchase.attempts == 2
     assert len(charged(purchase)) == 1 and LedgerEntry.objects.filter(purchase=purchase).count() == 30
