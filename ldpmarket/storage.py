@@ -24,6 +24,9 @@ from . import pgbinary
 
 #: Most parameters one SQLite statement takes (its historical SQLITE_MAX_VARIABLE_NUMBER is 999).
 SQLITE_MAX_PARAMS = 900
+#: Up to this many rows, ``write_columns`` and ``update_columns`` send one plain statement on PostgreSQL: a
+#: purchase's two money movements took 4 ms through a temporary table and COPY, 2 ms this way (E3's phases).
+SMALL = 8
 
 
 def is_postgresql() -> bool:
@@ -166,6 +169,16 @@ def write_columns(table: str, columns: dict[str, pgbinary.Column], n: int) -> No
     """
     if n == 0:
         return
+    # A few rows of scalars: one INSERT ... VALUES, cheaper than setting up a COPY (bytes and arrays go by COPY:
+    # an INSERT would quote them as text)
+    blobs = any(col.data.ndim > 1 and col.kind != "numeric" for col in columns.values())
+    if n <= SMALL and not blobs and is_postgresql():
+        names = list(columns)
+        rows = list(_adapt(zip(*(col.values() for col in columns.values()))))
+        marks = ", ".join(["(" + ", ".join(["%s"] * len(names)) + ")"] * n)
+        with connection.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES {marks}", [v for r in rows for v in r])
+        return
     if has_binary_copy():
         # (the raw psycopg cursor's errors come out as Django's: a UNIQUE violation is an IntegrityError)
         with connection.cursor() as cur, connection.wrap_database_errors:
@@ -200,6 +213,13 @@ def update_columns(table: str, key: str, columns: dict[str, pgbinary.Column], n:
     names = list(columns)
     others = [c for c in names if c != key]
     with connection.cursor() as wrapper:
+        if n <= SMALL and is_postgresql():  # a few rows: one UPDATE ... FROM (VALUES ...), no temporary table
+            rows = list(_adapt(zip(*(columns[c].values() for c in names))))
+            marks = ", ".join(["(" + ", ".join(f"%s::{types[c]}" for c in names) + ")"] * n)
+            sets = ", ".join(f"{c} = t.{c}" for c in others)
+            wrapper.execute(f"UPDATE {table} a SET {sets} FROM (VALUES {marks}) t({', '.join(names)}) "
+                            f"WHERE a.{key} = t.{key}", [v for r in rows for v in r])
+            return wrapper.rowcount
         if has_binary_copy():
             cur = wrapper.cursor
             cur.execute(f"CREATE TEMP TABLE {temp} ({', '.join(f'{c} {types[c]}' for c in names)}) ON COMMIT DROP")
