@@ -114,27 +114,6 @@ def parse_rows(data: bytes, layout: Sequence[tuple[str, object]]) -> np.ndarray:
     return rows
 
 
-def bytea_fields(data: bytes) -> list[bytes]:
-    """The values of a binary COPY TO stream whose rows are one ``bytea`` field each (a Python step per row: for
-    streams of a few large rows, e.g. one per block from ``string_agg``)."""
-    mv = memoryview(data)
-    if len(mv) < len(HEADER) + len(TRAILER) or bytes(mv[:len(SIGNATURE)]) != SIGNATURE:
-        raise CopyFormatError("not a binary COPY stream")
-    pos = len(HEADER) + struct.unpack_from(">i", mv, len(SIGNATURE) + 4)[0]
-    out = []
-    while True:
-        (nfields,) = struct.unpack_from(">h", mv, pos)
-        if nfields == -1:
-            return out
-        if nfields != 1:
-            raise CopyFormatError("a row has an unexpected number of fields")
-        (length,) = struct.unpack_from(">i", mv, pos + 2)
-        if length < 0:
-            raise CopyFormatError("a NULL where a bytea was expected")
-        out.append(bytes(mv[pos + 6:pos + 6 + length]))
-        pos += 6 + length
-
-
 def copy_out(cursor, query: str, params=None) -> bytes:
     """``COPY (query) TO STDOUT (FORMAT BINARY)``, all of it, as bytes."""
     data = bytearray()
