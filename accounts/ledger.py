@@ -25,6 +25,12 @@ each shard's blocks form a single chain and writers of different attributes neve
 shard too (``SHARD_MARKER || s`` after the previous hash), so a block cannot be moved to another shard; shard
 0's blocks hash exactly as before, so their hashes and the anchors recorded for them still verify.
 ``block_hash`` is also what the audit recomputes from the rows as stored.
+
+**Storage** (docs/budget-rules.md#the-ledger).  The hash covers the entries in the order given (position 0, 1,
+...); how they are stored does not enter it.  Budget events are one ``LedgerEvent`` row each; a block of releases
+is stored as ``LedgerRelease`` rows, one per run of values of one chain block (``release_runs``), its per-value
+fields as arrays; the view ``LedgerEntry`` shows them one row per value, in position order (id = block id *
+``ID_SHIFT`` + position), which is what ``stored_records`` and the audit re-hash.
 """
 from __future__ import annotations
 

@@ -228,10 +228,16 @@ def check_settlements(rec: Recorder, p, values, a, m, st, rv) -> None:
               lambda i: f"settlement {st['id'][i]} of attribute {st['shard'][i]} covers release rows "
                         f"({st['after'][i]}, {st['through'][i]}]")
     # Expected credits per (settlement, owner) from the release rows.
+    # Each value's settlement: the first of its shard's settlements ending at or after its row (one searchsorted
+    # over (shard, through) keys), if that settlement starts before the row.
+    shift = 1 << 40
     spos = np.full(nv, -1, dtype=np.int64)
-    for j in range(ns):  # one vectorized mask per settlement (settlements are few: each covers many rows)
-        inside = (rv["shard"] == st["shard"][j]) & (rv["row"] > st["after"][j]) & (rv["row"] <= st["through"][j])
-        spos[inside] = j
+    if ns:
+        by_end = np.lexsort((st["through"], st["shard"]))
+        k = np.searchsorted(st["shard"][by_end] * shift + st["through"][by_end], rv["shard"] * shift + rv["row"])
+        cand = by_end[np.minimum(k, ns - 1)]
+        inside = (k < ns) & (st["shard"][cand] == rv["shard"]) & (st["after"][cand] < rv["row"])
+        spos = np.where(inside, cand, -1)
     use = recorded & (spos >= 0) & (rv["earning"] > 0)
     key_want = spos[use] * (1 << 40) + rv["owner"][use]
     kw, inv = np.unique(key_want, return_inverse=True)
@@ -264,12 +270,15 @@ def check_settlements(rec: Recorder, p, values, a, m, st, rv) -> None:
                         f"{money_text(debit[i])}, owners credited {money_text(total[i])}")
     # Each pending account holds its shard's unsettled earnings.
     pa = np.flatnonzero(a["kind"] == A_PENDING)
-    last = {int(sh): int(th) for sh, th in zip(st["shard"][order], st["through"][order])}
-    held = np.zeros(pa.size, dtype=np.int64)
-    for k, j in enumerate(pa.tolist()):
-        shard = int(a["shard"][j])
-        open_rows = recorded & (rv["shard"] == shard) & (rv["row"] > last.get(shard, 0))
-        held[k] = int(rv["earning"][open_rows].sum())
+    settled_shards, of_shard = np.unique(st["shard"], return_inverse=True)
+    last = np.zeros(settled_shards.size, dtype=np.int64)  # each shard's last settled release row
+    np.maximum.at(last, of_shard, st["through"])
+    pos, found = lookup(settled_shards, rv["shard"])
+    open_rows = recorded & (rv["row"] > np.where(found, last[pos] if last.size else 0, 0))
+    shards, of_value = np.unique(rv["shard"][open_rows], return_inverse=True)
+    unsettled = np.bincount(of_value, weights=rv["earning"][open_rows], minlength=shards.size).astype(np.int64)
+    pos, found = lookup(shards, a["shard"][pa])
+    held = np.where(found, unsettled[pos] if unsettled.size else 0, 0)
     rec.check(S, "each attribute's pending account holds exactly its earnings not settled yet",
               held != a["balance"][pa], pa.size,
               lambda k: f"pending account {a['id'][pa[k]]} of attribute {a['shard'][pa[k]]}: balance "
