@@ -23,7 +23,7 @@ from market.services import value_delete_raw
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory, contribute, fund
 
 LEDGER_TABLES = ["accounts_ledgerevent", "accounts_ledgerrelease", "accounts_ledgerblock", "accounts_moneyentry", "accounts_ledgercheckpoint",
-                 "accounts_ledgercheckpointleaf"]
+                 "accounts_ledgercheckpointleaf", "accounts_settlement"]
 
 
 @contextlib.contextmanager

@@ -1,12 +1,10 @@
 """``audit_budgets`` and money movements beyond purchases: top-ups and payouts reconcile (docs/money.md)."""
 from __future__ import annotations
 
-import contextlib
 from decimal import Decimal as D
 
 import numpy as np
 import pytest
-from django.db import connection
 from django.db.models import F
 
 from accounts import money
@@ -158,26 +156,6 @@ def _remove(entries) -> None:
         MoneyEntry.objects.filter(id=entry.id).delete()
 
 
-@contextlib.contextmanager
-def settlements_writable():
-    """On PostgreSQL the settlement table is append-only too (``tampering`` leaves it so): its triggers off."""
-    pg = connection.vendor == "postgresql"
-
-    def alter(action: str) -> None:
-        with connection.cursor() as cur:
-            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # pending trigger events must fire before ALTER TABLE
-            cur.execute(f"ALTER TABLE {Settlement._meta.db_table} {action} TRIGGER USER")
-            cur.execute("SET CONSTRAINTS ALL DEFERRED")
-
-    if pg:
-        alter("DISABLE")
-    try:
-        yield
-    finally:
-        if pg:
-            alter("ENABLE")
-
-
 def _credits(settlement) -> list[MoneyEntry]:
     return list(MoneyEntry.objects.filter(settlement=settlement, amount__gt=0).order_by("id"))
 
@@ -233,9 +211,8 @@ def delete_settlement(market):
     money.earnings_settle(shard=market.attribute.id)  # the second purchase's earnings: a second settlement
     first = Settlement.objects.order_by("id").first()
     assert Settlement.objects.count() == 2
-    with settlements_writable():
-        _remove(list(MoneyEntry.objects.filter(settlement=first)))
-        Settlement.objects.filter(id=first.id).delete()
+    _remove(list(MoneyEntry.objects.filter(settlement=first)))
+    Settlement.objects.filter(id=first.id).delete()
 
 
 def edit_pending_credit(market):
