@@ -2,9 +2,10 @@
 
 A ``ChainSet`` holds n chains as ``eps`` (total,) micro-epsilons and ``out``
 (total, width) outputs, concatenated in row order, with ``offsets`` (n + 1,).
-Looking up epsilon e in every chain is one global ``searchsorted`` on
-``row * STRIDE + eps`` (each chain is strictly increasing and STRIDE exceeds
-any epsilon), so there is no Python loop over chains.
+Looking up epsilon e in every chain is one cumulative count of the steps below
+e (each chain is strictly increasing, so the first step >= e of a row is its
+start plus its steps below e), so there is no Python loop over chains and no
+composite key that could overflow int64 at many rows.
 
 ``at(e)`` returns, per chain, the output a purchase at e releases (spec
 docs/architecture.md#the-path-of-a-chain-extension, docs/mechanisms-reference.md#gradual-release-of-randomized-response):
@@ -28,8 +29,6 @@ import numpy as np
 from mechanisms import bridge, relax, tighten
 
 from .chains import draw_epsilon
-
-STRIDE = np.int64(1) << 40  # > 700 * 10**6 micro-epsilons
 
 
 @dataclass
@@ -68,10 +67,10 @@ def at(chains: ChainSet, e: int, m: int, inputs: np.ndarray | None = None, rng=N
     is below e (rows with a negative input are treated as having none).
     """
     n, width = chains.n, chains.out.shape[1]
-    rows = np.arange(n, dtype=np.int64)
-    keyed = np.repeat(rows, chains.lengths) * STRIDE + chains.eps
-    pos = np.searchsorted(keyed, rows * STRIDE + e)  # global index of the first step >= e in each row
     start, end = chains.offsets[:-1], chains.offsets[1:]
+    below_e = np.zeros(chains.eps.size + 1, dtype=np.int64)
+    np.cumsum(chains.eps < e, out=below_e[1:])
+    pos = start + (below_e[end] - below_e[start])  # global index of the first step >= e in each row
     inside = pos < end
     stored = inside & (chains.eps[np.minimum(pos, chains.eps.size - 1)] == e)
     below = inside & ~stored & (pos == start)
