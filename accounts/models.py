@@ -189,6 +189,8 @@ class LedgerKind(models.TextChoices):
     PAUSE = "pause", "Sales paused"
     RESUME = "resume", "Sales resumed"
     RAW_DELETED = "raw_deleted", "Raw value deleted"
+    OWNER_CUSTODY = "owner_custody", "Held on the owner's device"
+    OWNER_UPLOAD = "owner_upload", "Chain uploaded by the owner"
 
 
 class LedgerGuarantee(models.TextChoices):
@@ -246,7 +248,8 @@ class LedgerEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["block", "position"], name="ledger_event_position_unique"),
             models.CheckConstraint(condition=Q(kind__in=[
-                "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted"]),
+                "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted",
+                "owner_custody", "owner_upload"]),
                 name="ledger_kind_valid"),
             models.CheckConstraint(
                 condition=Q(chain_loss_after__gte=F("chain_loss_before"),
@@ -255,8 +258,9 @@ class LedgerEvent(models.Model):
             models.CheckConstraint(condition=Q(ceiling__gte=_sum6("chain_loss_after", "oneshot_loss_after")),
                                    name="ledger_loss_within_ceiling"),
             models.CheckConstraint(
-                condition=Q(kind__in=["chain_release", "oneshot_release"], epsilon__isnull=False, epsilon__gt=0)
-                | (~Q(kind__in=["chain_release", "oneshot_release"]) & Q(epsilon__isnull=True)),
+                condition=Q(kind__in=["chain_release", "oneshot_release", "owner_upload"], epsilon__isnull=False,
+                            epsilon__gt=0)
+                | (~Q(kind__in=["chain_release", "oneshot_release", "owner_upload"]) & Q(epsilon__isnull=True)),
                 name="ledger_release_has_epsilon"),
             models.CheckConstraint(
                 condition=~Q(kind="chain_release")
@@ -358,8 +362,6 @@ class LedgerEntry(models.Model):
 
     Kind = LedgerKind
     Guarantee = LedgerGuarantee
-
-    KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
 
     KIND_CODES = {k: i for i, k in enumerate(Kind.values)}
     RELEASE_KINDS = ("chain_release", "oneshot_release")

@@ -67,7 +67,7 @@ from accounts import ledger
 
 from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
-from .chains import check_chains
+from .chains import check_chains, check_custody
 from .hashchain import check_checkpoints, check_hash_chain
 from .money import check_money, check_settlements, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
@@ -95,11 +95,12 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         topups, payouts = read_topups_payouts()
         settlements = read_settlements()
         release_values = read_release_values()
-        check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
+        chain_heads = check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
     check_checkpoints(rec, blocks, hashes, checkpoints, leaves)
     final = check_replay(rec, e)
+    check_custody(rec, values, final, chain_heads)
     check_budget_rows(rec, e, final, budgets, values, now_us)
     check_purchases(rec, e, purchases, values)
     check_oneshot(rec, e, purchases, chunks)

@@ -8,6 +8,7 @@ ids, never an output.  Checked:
 * every point row opens: its AES-GCM tag verifies against its attribute, block, epsilon and bitmap, so a row
   changed, moved to another block or epsilon, or with a changed bitmap, is caught;
 * each slot's head is its highest stored epsilon, and covers what was sold: ``head >= chain_loss``;
+* owner-held values: custody as the ledger records it, and each chain's head at the last recorded upload level;
 * every completed chain purchase's released outputs (sealed too: a chunk moved or changed does not open) are
   the stored points of its values at its epsilon (a chain that forked, or a point rewritten after it was sold,
   is caught).
@@ -29,8 +30,9 @@ S = "Chains"
 BLOCKS_PER_READ = 256
 
 
-def check_chains(rec: Recorder, budgets) -> None:
-    """The checks of the module docstring, reading the chain blocks a batch at a time."""
+def check_chains(rec: Recorder, budgets) -> dict[str, np.ndarray]:
+    """The checks of the module docstring, reading the chain blocks a batch at a time; returns every value's chain
+    head (``{"value", "head"}``, value-id order; 0 for none) for ``check_custody``."""
     slots = read_slots()
     attributes = {a.id: a for a in Attribute.objects.all()}
     chain_attr = np.isin(slots["attribute"], [a.id for a in attributes.values() if not a.is_oneshot])
@@ -86,6 +88,32 @@ def check_chains(rec: Recorder, budgets) -> None:
               (slots["block"] >= 0) & (head < chain_loss), placed.size,
               lambda i: f"value {slots['id'][i]}: head {eps_text(head[i])}, chain loss {eps_text(chain_loss[i])}")
     _check_released(rec, slots, attributes)
+    return {"value": slots["id"], "head": head}
+
+
+def check_custody(rec: Recorder, values, final, heads) -> None:
+    """Owner-held values (docs/custody.md): the ledger records the custody of exactly the values held by their
+    owner, and each one's chain head is the last upload level its ledger records (0 and none before the first
+    upload); a value held by the service has no upload entry."""
+    pos, found = lookup(final.value, values["id"])
+    held_ledger = np.zeros(values["id"].size, dtype=bool)
+    held_ledger[found] = final.owner_held[pos[found]]
+    upload = np.full(values["id"].size, -1, dtype=np.int64)
+    upload[found] = final.upload[pos[found]]
+    owner_held = values["owner_held"] == 1
+    rec.check(S, "a value is held by its owner exactly when the ledger records that custody",
+              owner_held != held_ledger, values["id"].size,
+              lambda i: f"value {values['id'][i]}: custody {'owner' if owner_held[i] else 'service'}, the ledger "
+                        f"{'records' if held_ledger[i] else 'does not record'} owner custody")
+    hpos, hfound = lookup(heads["value"], values["id"])
+    head = np.where(hfound, heads["head"][np.minimum(hpos, max(heads["value"].size - 1, 0))], 0) \
+        if heads["value"].size else np.zeros(values["id"].size, dtype=np.int64)
+    expected = np.where(upload >= 0, upload, 0)
+    wrong = np.where(owner_held, head != expected, upload >= 0)
+    rec.check(S, "each owner-held chain's head is the last upload level in the ledger; service-held values have no "
+                 "upload", wrong, values["id"].size,
+              lambda i: f"value {values['id'][i]}: head {eps_text(head[i])}, last recorded upload "
+                        f"{eps_text(upload[i]) if upload[i] >= 0 else 'none'}")
 
 
 def _check_released(rec: Recorder, slots, attributes) -> None:

@@ -13,8 +13,9 @@ from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
 from mechanisms import registry
 
 KINDS = list(LedgerEntry.Kind.values)
-K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW = (KINDS.index(k) for k in (
-    "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted"))
+K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW, K_HELD, K_UPLOAD = (KINDS.index(k) for k in (
+    "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted", "owner_custody",
+    "owner_upload"))
 SHAPES = ledger.SHAPES  # "", "linear", "steps"
 MONEY_UNITS = 10_000
 ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform, owners_pending

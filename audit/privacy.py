@@ -3,20 +3,29 @@
 For each attribute, a random sample of values with their raw datum; their true inputs are opened inside this
 process only (nothing but error rates leaves it); the four attackers of ``mechanisms.audit`` run at the chains'
 common epsilons against the Bayes bound.  The plot is drawn by ``audit.charts``.
+
+Owner-held chains (docs/custody.md#the-ledger-and-the-audit) have no raw datum here, so they are tested by a
+statistic that needs none: between consecutive stored points e1 < e2 of a chain, the output stays the same with
+probability ``keep(e1) p_aa + (1 - keep(e1)) p_bb`` whatever the value (k-RR's keep and the step kernel's two
+stay weights, from the exact integer laws).  A device that does not randomize (stays too often) or draws afresh
+at each point (too rarely) is flagged by a two-sided binomial test per epsilon pair.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
+from scipy.stats import binomtest
 
 from accounts.epsilon import MICRO
-from market import chainstore
-from market import domain, sealing
+from market import chainstore, domain, sealing
+from market.chains import draw_epsilon
 from market.models import Attribute, Value
 from mechanisms.audit import ATTACKERS, LEAK_LEVEL, run_attacks
+from mechanisms.exactness import krr_cells, step_weights
 from mechanisms.random import words
 
 from .charts import privacy_plot_png
@@ -42,20 +51,27 @@ class AttributeAudit:
     levels: list[Level] = field(default_factory=list)
     note: str = ""
     error: str = ""
+    owner_held: int = 0
+    steps: list[dict] = field(default_factory=list)  # owner-held chains' stay tests, one per epsilon pair
 
     @property
     def leak(self) -> bool:
         return any(a["flag"] for lv in self.levels for a in lv.attackers.values())
 
     @property
+    def not_random(self) -> bool:
+        """Owner-held chains whose outputs stay the same between two points more or less often than the law says."""
+        return any(t["flag"] for t in self.steps)
+
+    @property
     def ok(self) -> bool:
-        return not self.leak and not self.error
+        return not self.leak and not self.not_random and not self.error
 
     @property
     def skipped(self) -> bool:
-        """Nothing was attacked (no chains, nothing sampled, no common epsilon, too few values): neither a pass
-        nor a failure."""
-        return not self.error and not self.levels
+        """Nothing was attacked or tested (no chains, nothing sampled, no common epsilon, too few values): neither
+        a pass nor a failure."""
+        return not self.error and not self.levels and not self.steps
 
     @property
     def status(self) -> str:
@@ -84,7 +100,7 @@ class PrivacyAuditReport:
         return {"ok": self.ok, "sample": self.sample, "attributes": [
             {"attribute": a.attribute_id, "label": a.label, "m": a.m, "kind": a.kind, "values": a.values,
              "sampled": a.sampled, "leak": a.leak, "error": a.error, "note": a.note, "status": a.status,
-             "skipped": a.skipped,
+             "skipped": a.skipped, "owner_held": a.owner_held, "not_random": a.not_random, "steps": a.steps,
              "levels": [{"epsilon": lv.epsilon, "n": lv.n, "bound": lv.bound, "attackers": lv.attackers}
                         for lv in a.levels]} for a in self.attributes]}
 
@@ -110,6 +126,13 @@ class PrivacyAuditReport:
                         mark = "!" if r["flag"] else " "
                         cells.append(f"{r['error_rate']:7.4f}+-{r['standard_error']:6.4f}{mark}")
                     lines.append(f"    {lv.epsilon:9.4f} {lv.n:6d} {lv.bound:7.4f} " + " ".join(cells))
+            if a.steps:
+                lines.append(f"    owner-held chains ({a.owner_held}): share of outputs that stay the same between "
+                             "two points, against the law ('!': not random)")
+                for t in a.steps:
+                    lines.append(f"    {t['eps_from']:>9} -> {t['eps_to']:<9} n {t['n']:6d}  stayed "
+                                 f"{t['stayed'] / t['n']:.4f}  law {t['expected']:.4f}  p {t['p_value']:.2g}"
+                                 f"{' !' if t['flag'] else ''}")
             lines.append("")
         audited = sum(not a.skipped for a in self.attributes)
         skipped = len(self.attributes) - audited
@@ -125,6 +148,60 @@ def _sample_ids(ids: np.ndarray, k: int, rng) -> np.ndarray:
     return np.sort(ids[np.argpartition(keys, k)[:k]])
 
 
+def stay_probability(eps_from: int, eps_to: int, m: int) -> Fraction:
+    """Exact ``Pr(o2 = o1)`` between a chain's points at micro-epsilons ``eps_from < eps_to``, for every true value:
+    ``keep(e1) p_aa + (1 - keep(e1)) p_bb`` (module docstring) from the integer laws the samplers draw from."""
+    e1, e2 = draw_epsilon(eps_from), draw_epsilon(eps_to)
+    cells = krr_cells(e1, m)
+    keep = Fraction(cells.keep, cells.total)
+    kept, moved = step_weights(e1, e2, m)
+    return keep * Fraction(kept.first, kept.total) + (1 - keep) * Fraction(moved.second, moved.total)
+
+
+#: Fewest chains an epsilon pair needs before its stay rate is tested.
+MIN_PAIRS = 30
+
+
+def _owner_held_steps(attribute, out: AttributeAudit, sample: int, rng) -> None:
+    """The stay test of the module docstring on a sample of the attribute's owner-held chains."""
+    held = np.array(list(Value.objects.filter(attribute=attribute, custody=Value.Custody.OWNER, block__isnull=False)
+                         .values_list("id", flat=True)), dtype=np.int64)
+    out.owner_held = int(held.size)
+    if held.size == 0 or attribute.width != 1:
+        return
+    rows = list(Value.objects.filter(id__in=_sample_ids(held, sample, rng).tolist()).order_by("id")
+                .values_list("block_id", "slot"))
+    block_ids = np.array([r[0] for r in rows], dtype=np.int64)
+    slots = np.array([r[1] for r in rows], dtype=np.int64)
+    blocks = chainstore.read(block_ids)
+    eps = np.unique(np.concatenate(chainstore.epsilons_of(blocks, block_ids, slots) + [np.zeros(0, np.int64)]))
+    if eps.size < 2:
+        return
+    present, outputs = chainstore.grid_of_points(attribute, blocks, block_ids, slots, eps)
+    outputs = outputs[:, :, 0]
+    last_eps = np.full(len(rows), -1, dtype=np.int64)
+    last_out = np.full(len(rows), -1, dtype=np.int64)
+    pairs, stays = [], []
+    for j in range(eps.size):  # each chain's consecutive stored points (e1, e2) and whether the output stayed
+        here = present[:, j] & (last_eps >= 0)
+        pairs.append(last_eps[here] * (1 << 32) + eps[j])
+        stays.append(outputs[here, j] == last_out[here])
+        last_eps = np.where(present[:, j], eps[j], last_eps)
+        last_out = np.where(present[:, j], outputs[:, j], last_out)
+    pairs, stays = np.concatenate(pairs), np.concatenate(stays)
+    keys, inverse, counts = np.unique(pairs, return_inverse=True, return_counts=True)
+    stayed = np.bincount(inverse, weights=stays, minlength=keys.size).astype(np.int64)
+    tested = np.flatnonzero(counts >= MIN_PAIRS)
+    m = attribute.domain_size
+    for k in tested.tolist():
+        e1, e2 = int(keys[k] >> 32), int(keys[k] & ((1 << 32) - 1))
+        p = stay_probability(e1, e2, m)
+        res = binomtest(int(stayed[k]), int(counts[k]), float(p))
+        out.steps.append({"eps_from": str(draw_epsilon(e1)), "eps_to": str(draw_epsilon(e2)), "n": int(counts[k]),
+                          "stayed": int(stayed[k]), "expected": float(p), "p_value": float(res.pvalue),
+                          "flag": bool(res.pvalue < LEAK_LEVEL / max(1, tested.size))})
+
+
 def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rng) -> AttributeAudit:
     m = attribute.domain_size
     out = AttributeAudit(attribute.id, str(attribute), m, attribute.kind)
@@ -132,6 +209,11 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
         out.values = int(Value.objects.filter(attribute=attribute).count())
         out.note = (f"one-shot mechanism ({attribute.mechanism}): no stored chains to attack; each release is a "
                     f"fresh draw charged to the value's one-shot loss")
+        return out
+    try:
+        _owner_held_steps(attribute, out, sample, rng)
+    except sealing.SealBroken as exc:
+        out.error = f"stored chain points do not open: {exc}"
         return out
     ids = np.array(list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False)
                         .values_list("id", flat=True)), dtype=np.int64)

@@ -16,7 +16,8 @@ import numpy as np
 from accounts.epsilon import MICRO
 from accounts.schedule import ceilings_micro
 
-from .codes import K_CEILING, K_CHAIN, K_ONESHOT, K_PAUSE, K_RAW, K_RESUME, K_SCHEDULE, KINDS, SHAPES
+from .codes import (K_CEILING, K_CHAIN, K_HELD, K_ONESHOT, K_PAUSE, K_RAW, K_RESUME, K_SCHEDULE, K_UPLOAD, KINDS,
+                    SHAPES)
 from .report import Recorder, eps_text, when_text
 
 
@@ -47,6 +48,8 @@ class Final:
     policy: dict  # schedule fields and ceiling of the last policy event
     paused: np.ndarray
     raw_deleted: np.ndarray
+    owner_held: np.ndarray  # the ledger records the value as held on its owner's device (docs/custody.md)
+    upload: np.ndarray  # the owner's last recorded upload level (-1: none)
 
 
 def check_replay(rec: Recorder, e) -> Final:
@@ -92,8 +95,9 @@ def check_replay(rec: Recorder, e) -> Final:
                         f"{eps_text(v['chain_after'][i])}, one-shot {eps_text(v['oneshot_before'][i])} -> "
                         f"{eps_text(v['oneshot_after'][i])}")
     other_ok = (v["chain_after"] == v["chain_before"]) & (v["oneshot_after"] == v["oneshot_before"]) \
-        & (eps == -1) & (v["purchase"] == -1) & (kind >= 0) & (kind < len(KINDS))
-    rec.check(S, "budget events (ceiling, schedule, pause, resume, raw deletion) change no loss and sell nothing",
+        & np.where(kind == K_UPLOAD, eps > 0, eps == -1) & (v["purchase"] == -1) & (kind >= 0) & (kind < len(KINDS))
+    rec.check(S, "budget events (ceiling, schedule, pause, resume, raw deletion, custody, owner uploads: these name "
+                 "their upload level) change no loss and sell nothing",
               ~release & ~other_ok, int((~release).sum()),
               lambda i: f"{entry(i)}: epsilon {eps_text(eps[i])}, purchase {v['purchase'][i]}, chain "
                         f"{eps_text(v['chain_before'][i])} -> {eps_text(v['chain_after'][i])}, one-shot "
@@ -165,10 +169,13 @@ def check_replay(rec: Recorder, e) -> Final:
     lpr = np.maximum.accumulate(np.where((kind == K_PAUSE) | (kind == K_RESUME), pos, -1)) if n else pos
     paused = (lpr[last] >= gstart[last]) & (kind[np.maximum(lpr[last], 0)] == K_PAUSE) if n else np.zeros(0, bool)
     raw_values = np.unique(v["value"][kind == K_RAW])
+    up = np.maximum.accumulate(np.where(kind == K_UPLOAD, pos, -1)) if n else pos
+    upload = np.where(up[last] >= gstart[last], eps[np.maximum(up[last], 0)], -1) if n else np.zeros(0, np.int64)
     lastp = p[last]
     return Final(
         value=v["value"][last], chain=v["chain_after"][last], oneshot=v["oneshot_after"][last],
         ceiling=v["ceiling"][last], policy_kind=np.where(has[last], kind[lastp], -1),
         policy={c: v[c][lastp] for c in ("ceiling", "sched_start", "sched_cap", "sched_start_at", "sched_end_at",
                                           "sched_shape", "sched_steps")},
-        paused=paused, raw_deleted=np.isin(v["value"][last], raw_values))
+        paused=paused, raw_deleted=np.isin(v["value"][last], raw_values),
+        owner_held=np.isin(v["value"][last], np.unique(v["value"][kind == K_HELD])), upload=upload)

@@ -91,8 +91,8 @@ def read_budgets() -> dict[str, np.ndarray]:
 
 
 def read_values() -> dict[str, np.ndarray]:
-    select = ["id", "owner_id", "attribute_id", flag("raw_deleted_at IS NOT NULL")]
-    return _cols(fetch_ints(select, Value._meta.db_table), ["id", "owner", "attribute", "raw_deleted"])
+    select = ["id", "owner_id", "attribute_id", flag("raw_deleted_at IS NOT NULL"), flag("custody = 'owner'")]
+    return _cols(fetch_ints(select, Value._meta.db_table), ["id", "owner", "attribute", "raw_deleted", "owner_held"])
 
 
 def read_slots() -> dict[str, np.ndarray]:

@@ -105,6 +105,23 @@ class BudgetError(DomainError, ValueError):
     title = "Budget change refused"
 
 
+class CustodyRefused(DomainError, ValueError):
+    """An owner-held value's contribution or chain upload that the rules refuse (docs/custody.md#uploads);
+    ``field`` names the request field at fault."""
+
+    status = 400
+    slug = "custody-refused"
+    title = "Owner-held value refused"
+
+    def __init__(self, message: str, *, field: str = "value"):
+        super().__init__(message)
+        self.field = field
+
+    @property
+    def errors(self) -> dict[str, list[str]]:
+        return {self.field: [str(self)]}
+
+
 # ------------------------------------------------------------------------------ Money (accounts.money)
 
 

@@ -39,10 +39,11 @@ class Candidates:
     paused: np.ndarray
     withdrawn: np.ndarray
     over: np.ndarray  # max(chain_loss, e) + oneshot_loss > ceiling
-    has_raw: np.ndarray  # the raw value (and so the mechanism's input) is still held
+    has_raw: np.ndarray  # the service holds the raw value (and so the mechanism's input)
     below: np.ndarray  # the ceiling alone is below e; an ``over`` value that is not ``below`` lacks remaining budget
     block_ids: np.ndarray  # the chain block of each value (-1: none, a one-shot attribute)
     slots: np.ndarray  # its slot in the block (-1: none)
+    owner_held: np.ndarray  # the owner's device holds the value (docs/custody.md): sold up to its upload level
 
     def excluded_over(self) -> tuple[int, int]:
         """``(ceiling below e, remaining budget too small)`` among the values neither paused nor withdrawn that
@@ -64,7 +65,7 @@ def _budgets(attribute: Attribute, cohort: int | None):
 #: Binary COPY layout of ``_CANDIDATES_SQL``'s rows.
 _CANDIDATE_LAYOUT = [("value_id", ">i8"), ("owner_id", ">i8"), ("ceiling", ">i8"), ("chain_loss", ">i8"),
                      ("oneshot_loss", ">i8"), ("paused", "?"), ("withdrawn", "?"), ("has_raw", "?"), ("block_id", ">i8"),
-                     ("slot", ">i8")]
+                     ("slot", ">i8"), ("owner_held", "?")]
 
 
 def _candidates_copy(attribute: Attribute, cohort: int | None, lock: bool) -> np.ndarray:
@@ -73,7 +74,8 @@ def _candidates_copy(attribute: Attribute, cohort: int | None, lock: bool) -> np
     where = "v.attribute_id = %(attribute)s" + (" AND v.cohort = %(cohort)s" if cohort is not None else "")
     query = (f"SELECT b.value_id, v.owner_id, round(b.ceiling * {MICRO})::bigint, "
              f"round(b.chain_loss * {MICRO})::bigint, round(b.oneshot_loss * {MICRO})::bigint, b.paused, "
-             f"v.withdrawn_at IS NOT NULL, v.raw_deleted_at IS NULL, coalesce(v.block_id, -1), coalesce(v.slot, -1)::bigint "
+             f"v.withdrawn_at IS NOT NULL, v.input_sealed IS NOT NULL, coalesce(v.block_id, -1), "
+             f"coalesce(v.slot, -1)::bigint, v.custody = 'owner' "
              f"FROM {budget} b JOIN {value} v ON v.id = b.value_id "
              f"WHERE {where} ORDER BY b.value_id" + (" FOR UPDATE OF b" if lock else ""))
     with connection.cursor() as cur:
@@ -91,25 +93,27 @@ def candidates(attribute: Attribute, cohort: int | None, e_micro: int, *, lock: 
                           chain_loss=chain_loss, oneshot_loss=oneshot, paused=rows["paused"].copy(),
                           withdrawn=rows["withdrawn"].copy(), has_raw=rows["has_raw"].copy(),
                           over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling,
-                          block_ids=col("block_id"), slots=col("slot"))
+                          block_ids=col("block_id"), slots=col("slot"), owner_held=rows["owner_held"].copy())
     qs = _budgets(attribute, cohort)
     if lock:
         qs = qs.select_for_update(of=("self",))
     rows = list(qs.order_by("value_id").values_list(
         "value_id", "value__owner_id", micro("ceiling"), micro("chain_loss"), micro("oneshot_loss"), "paused",
-        "value__withdrawn_at", "value__raw_deleted_at", "value__block_id", "value__slot"))
+        "value__withdrawn_at", "value__raw_deleted_at", "value__block_id", "value__slot", "value__custody"))
     n = len(rows)
-    cols = list(zip(*rows)) if n else [()] * 10
+    cols = list(zip(*rows)) if n else [()] * 11
     as_int = lambda c: np.fromiter(c, dtype=np.int64, count=n)  # noqa: E731
     ceiling, chain_loss, oneshot = as_int(cols[2]), as_int(cols[3]), as_int(cols[4])
     return Candidates(
         value_ids=as_int(cols[0]), owner_ids=as_int(cols[1]), ceiling=ceiling, chain_loss=chain_loss,
         oneshot_loss=oneshot, paused=np.fromiter(cols[5], dtype=bool, count=n),
         withdrawn=np.fromiter((w is not None for w in cols[6]), dtype=bool, count=n),
-        has_raw=np.fromiter((d is None for d in cols[7]), dtype=bool, count=n),
+        has_raw=np.fromiter((d is None and c == "service" for d, c in zip(cols[7], cols[10])), dtype=bool,
+                            count=n),
         over=np.maximum(chain_loss, e_micro) + oneshot > ceiling, below=e_micro > ceiling,
         block_ids=np.fromiter((-1 if b is None else b for b in cols[8]), dtype=np.int64, count=n),
-        slots=np.fromiter((-1 if k is None else k for k in cols[9]), dtype=np.int64, count=n))
+        slots=np.fromiter((-1 if k is None else k for k in cols[9]), dtype=np.int64, count=n),
+        owner_held=np.fromiter((c == "owner" for c in cols[10]), dtype=bool, count=n))
 
 
 def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> np.ndarray:

@@ -173,6 +173,13 @@ class Attribute(models.Model):
         return registry.get(self.mechanism).is_oneshot
 
     @property
+    def supports_owner_custody(self) -> bool:
+        """Whether owners may keep their value on their device (docs/custody.md): a gradual-release chain of one
+        k-RR output per value over the attribute's labels (categorical and binary attributes)."""
+        return (not self.is_oneshot and self.kind in (self.Kind.CATEGORICAL, self.Kind.BINARY)
+                and self.width == 1 and self.draw_divisor == 1)
+
+    @property
     def domain_labels(self) -> list[str]:
         """The names of the domain: the labels, or "0".."m-1" for a binary, ternary or graph attribute without
         labels of its own."""
@@ -271,7 +278,15 @@ class Value(models.Model):
     bit, or Bloom bits) sealed by ``market.sealing`` so chains can be extended
     in vectorized batches.  Both are deleted together when the owner deletes
     the raw value; the chain (slot ``slot`` of ``block``) stays sellable up to its head.
+
+    ``custody`` (docs/custody.md): ``service`` values are held as above; ``owner`` values never reach the
+    service: neither column is ever set, the owner's device uploads the chain up to an *upload level* (the
+    chain's head), and the service sells the value only up to it.
     """
+
+    class Custody(models.TextChoices):
+        SERVICE = "service", "Held by the service"
+        OWNER = "owner", "Held on the owner's device"
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="values")
     attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="values")
@@ -285,13 +300,19 @@ class Value(models.Model):
     block = models.ForeignKey(ChainBlock, null=True, blank=True, on_delete=models.PROTECT, related_name="values",
                               db_index=False)
     slot = models.PositiveIntegerField(null=True, blank=True)
+    custody = models.CharField(max_length=8, choices=Custody.choices, default=Custody.SERVICE,
+                               db_default=Custody.SERVICE)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["owner", "attribute"], name="value_one_per_owner_attribute"),
             models.CheckConstraint(
-                condition=Q(raw_sealed__isnull=True, input_sealed__isnull=True, raw_deleted_at__isnull=False)
-                | Q(raw_sealed__isnull=False, input_sealed__isnull=False, raw_deleted_at__isnull=True),
+                condition=Q(custody="service", raw_sealed__isnull=True, input_sealed__isnull=True,
+                            raw_deleted_at__isnull=False)
+                | Q(custody="service", raw_sealed__isnull=False, input_sealed__isnull=False,
+                    raw_deleted_at__isnull=True)
+                | Q(custody="owner", raw_sealed__isnull=True, input_sealed__isnull=True, raw_deleted_at__isnull=True,
+                    block__isnull=False),
                 name="value_raw_and_input_together"),
             models.UniqueConstraint(fields=["block", "slot"], name="value_block_slot_unique"),
             models.CheckConstraint(condition=Q(block__isnull=True, slot__isnull=True)
@@ -334,6 +355,8 @@ class Purchase(models.Model):
     excluded_paused = models.PositiveIntegerField(default=0)
     excluded_withdrawn = models.PositiveIntegerField(default=0)
     excluded_no_raw = models.PositiveIntegerField(default=0)
+    excluded_awaiting_owner = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Owner-held values whose uploaded chain stops below the epsilon.")
     new_points = models.PositiveIntegerField(default=0)
     price = models.DecimalField(max_digits=16, decimal_places=4, default=Decimal(0))
     error = models.TextField(blank=True)

@@ -123,14 +123,12 @@ def nothing_to_sell(q: selectors.Quote) -> NothingToSell:
     """The 400 of a request no value can be sold to now, saying how many values were left out and why."""
     why = (f"{q.excluded_ceiling} have a ceiling below it, {q.excluded_budget} have too little budget remaining "
            f"(their ceiling minus what was already spent), {q.excluded_paused} are paused, "
-           f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it")
+           f"{q.excluded_withdrawn} were withdrawn, {q.excluded_no_raw} cannot be extended to it, "
+           f"{q.excluded_awaiting_owner} await their owner's upload")
     return NothingToSell(
         f"No value of attribute {q.attribute.id} can be sold at epsilon {q.epsilon} now: of {q.candidates} values, "
         f"{why}. See the catalog's histogram for the epsilons available.",
-        extra={"candidates": q.candidates, "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget,
-                                                        "paused": q.excluded_paused,
-                                                        "withdrawn": q.excluded_withdrawn,
-                                                        "no_raw": q.excluded_no_raw}})
+        extra={"candidates": q.candidates, "excluded": selectors.excluded_counts(q)})
 
 
 def _runs_in_a_worker(candidates: int) -> bool:

@@ -91,6 +91,13 @@ class ChainRelease(_Release):
         chainstore.lock(attribute.id)
         elig = np.flatnonzero(cand.eligible & (cand.block_ids >= 0))
         self.blocks = chainstore.read(cand.block_ids[elig])
+        held = np.flatnonzero(cand.owner_held[elig])
+        if held.size:  # owner-held values whose device has uploaded nothing yet have no chain: awaiting the owner
+            empty = chainstore.heads_of(self.blocks, cand.block_ids[elig[held]], cand.slots[elig[held]]) == 0
+            self.not_uploaded = int(empty.sum())
+            elig = np.delete(elig, held[empty])
+        else:
+            self.not_uploaded = 0
         chains = chainstore.neighbours(attribute, self.blocks, cand.block_ids[elig], cand.slots[elig], e)
         if (chains.lengths == 0).any():
             raise PurchaseConflict("A value was added while this purchase read its values; retry.")
@@ -127,7 +134,10 @@ class ChainRelease(_Release):
         purchase.excluded_ceiling, purchase.excluded_budget = cand.excluded_over()
         purchase.excluded_paused = int((cand.paused & ~cand.withdrawn).sum())
         purchase.excluded_withdrawn = int(cand.withdrawn.sum())
-        purchase.excluded_no_raw = int(self.lookup.missing_input.sum())
+        missing = self.lookup.missing_input
+        held = self.cand.owner_held[self.elig]
+        purchase.excluded_no_raw = int((missing & ~held).sum())
+        purchase.excluded_awaiting_owner = int((missing & held).sum()) + self.not_uploaded
         purchase.new_points = int(self.lookup.inserted.sum())
 
 

@@ -187,6 +187,7 @@ class Quote:
     token: str = ""
     mechanism: str = Purchase.Mechanism.GRADUAL_RR
     excluded_budget: int = 0  # ceiling not below the epsilon, but too little of it left (already spent)
+    excluded_awaiting_owner: int = 0  # owner-held values whose uploaded chain stops below the epsilon
     charged_epsilon: Decimal | None = None
     guarantee: str = ""
     parameters: dict = field(default_factory=dict)
@@ -196,9 +197,18 @@ class Quote:
         return self.list_price - self.price
 
 
+def excluded_counts(obj) -> dict[str, int]:
+    """The values a quote or purchase (``Quote`` or ``Purchase``: the same ``excluded_*`` fields) left out, by
+    reason (docs/custody.md#purchases for ``awaiting_owner``)."""
+    return {"ceiling": obj.excluded_ceiling, "budget": obj.excluded_budget, "paused": obj.excluded_paused,
+            "withdrawn": obj.excluded_withdrawn, "no_raw": obj.excluded_no_raw,
+            "awaiting_owner": obj.excluded_awaiting_owner}
+
+
 def _no_raw(cand, e_micro: int) -> np.ndarray:
-    """Which candidates' raw datum is gone and whose chain stops below e (they cannot be extended); their heads
-    are read from their blocks (``market.chainstore``)."""
+    """Which candidates the service holds no input for (the raw datum deleted, or held by the owner's device) and
+    whose chain stops below e (the service cannot extend it); their heads are read from their blocks
+    (``market.chainstore``)."""
     out = np.zeros(cand.value_ids.size, dtype=bool)
     sel = np.flatnonzero(~cand.has_raw & (cand.block_ids >= 0))
     if sel.size:
@@ -214,8 +224,9 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
     e = to_micro(epsilon)
     cand = candidates(attribute, cohort, e, lock=False)
     eligible = cand.eligible
-    no_raw = eligible & _no_raw(cand, e)
-    included_ids = cand.value_ids[eligible & ~no_raw]
+    stuck = eligible & _no_raw(cand, e)
+    no_raw, awaiting = stuck & ~cand.owner_held, stuck & cand.owner_held
+    included_ids = cand.value_ids[eligible & ~stuck]
     n = int(included_ids.size)
     charge = policy.charge_units(e, held_epsilons(buyer_id, attribute, included_ids))
     per_value = units_to_decimal(int(policy.units(np.array([e]))[0]))
@@ -224,7 +235,8 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
         attribute=attribute, epsilon=epsilon, cohort=cohort, candidates=int(cand.value_ids.size), included=n,
         excluded_ceiling=cand.excluded_over()[0], excluded_budget=cand.excluded_over()[1],
         excluded_paused=int((cand.paused & ~cand.withdrawn).sum()), excluded_withdrawn=int(cand.withdrawn.sum()),
-        excluded_no_raw=int(no_raw.sum()), price=units_to_decimal(int(charge.sum())),
+        excluded_no_raw=int(no_raw.sum()), excluded_awaiting_owner=int(awaiting.sum()),
+        price=units_to_decimal(int(charge.sum())),
         list_price=per_value * n, price_per_value=per_value, predicted=predicted_error(attribute, epsilon, n),
         expires_at=expires)
     return q

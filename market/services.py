@@ -14,18 +14,24 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import ledger, roles
-from accounts.epsilon import parse, to_micro
+from accounts.epsilon import from_micro, parse, to_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.services import BudgetError, Schedule, event_rows
 from ldpmarket import storage
+from ldpmarket.problems import CustodyRefused
 
 from . import chainstore, chains, domain, pgcopy, sealing
 from .models import Attribute, ChainBlock, Value
 
 
-def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, ceiling=None,
-                       schedule: Schedule | None = None, now: datetime | None = None, rng=None) -> list[Value]:
+def values_create_many(*, attribute: Attribute, owners: list[User], raws: list | None, ceiling=None,
+                       schedule: Schedule | None = None, now: datetime | None = None, rng=None,
+                       custody: str = Value.Custody.SERVICE) -> list[Value]:
     """Contribute one value per owner to ``attribute`` under one ceiling policy, in one transaction.
+
+    ``custody="owner"`` (docs/custody.md): ``raws`` is None, nothing of the values reaches the service; each value
+    gets its budget, an empty chain slot that the owner's device fills (``value_upload_chain``), its policy
+    entry and an ``owner_custody`` entry in the ledger.
 
     Each value gets its sealed raw value and mechanism input, a budget account,
     a chain from the grid start up to its ceiling (the first grid point at
@@ -37,7 +43,11 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
     """
     if (ceiling is None) == (schedule is None):
         raise BudgetError("Give either a fixed ceiling or a schedule.")
-    if len(owners) != len(raws):
+    if custody == Value.Custody.OWNER:
+        return _values_create_held(attribute=attribute, owners=owners, ceiling=ceiling, schedule=schedule, now=now)
+    if custody != Value.Custody.SERVICE:
+        raise BudgetError(f"Custody must be 'service' or 'owner', not {custody!r}.")
+    if raws is None or len(owners) != len(raws):
         raise ValueError("owners and raws must have the same length")
     if not all(roles.can_contribute(o) for o in owners):
         raise BudgetError("Only owners can contribute values.")
@@ -79,13 +89,112 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list, 
     return values
 
 
-def value_create(*, owner: User, attribute: Attribute, raw, ceiling=None, schedule: Schedule | None = None,
-                 rng=None) -> Value:
-    """Contribute one value (see ``values_create_many``)."""
+def _values_create_held(*, attribute: Attribute, owners: list[User], ceiling, schedule: Schedule | None,
+                        now: datetime | None) -> list[Value]:
+    """``values_create_many`` for owner-held values: budgets, empty chain slots and ledger entries only."""
+    if not attribute.supports_owner_custody:
+        raise CustodyRefused("Only the values of gradual-release categorical and binary attributes can be "
+                             "kept on their owner's device (docs/custody.md).", field="custody")
+    if not all(roles.can_contribute(o) for o in owners):
+        raise BudgetError("Only owners can contribute values.")
+    now = now or timezone.now()
+    current = parse(ceiling, name="ceiling") if schedule is None else schedule.ceiling_at(now)
+    policy = schedule.fields() if schedule else {}
+    with transaction.atomic():
+        chainstore.lock(attribute.id)
+        block_ids, slots = chainstore.place(attribute, len(owners))
+        values = Value.objects.bulk_create(
+            [Value(owner=o, attribute=attribute, custody=Value.Custody.OWNER, block_id=int(b), slot=int(k))
+             for o, b, k in zip(owners, block_ids, slots)], batch_size=2000)
+        budgets = BudgetAccount.objects.bulk_create(
+            [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
+        # each value's policy entry, then (after all of them) its custody entry: one block
+        rows = event_rows(budgets + budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING)
+        rows.records["kind"][len(budgets):] = ledger.KINDS.index(LedgerEntry.Kind.OWNER_CUSTODY)
+        ledger.append(rows, shard=attribute.id)
+    return values
+
+
+def value_create(*, owner: User, attribute: Attribute, raw=None, ceiling=None, schedule: Schedule | None = None,
+                 rng=None, custody: str = Value.Custody.SERVICE) -> Value:
+    """Contribute one value (see ``values_create_many``); an owner-held value takes no ``raw``."""
     if Value.objects.filter(owner=owner, attribute=attribute).exists():
         raise BudgetError("You have already contributed a value to this attribute.")
-    return values_create_many(attribute=attribute, owners=[owner], raws=[raw], ceiling=ceiling, schedule=schedule,
-                              rng=rng)[0]
+    return values_create_many(attribute=attribute, owners=[owner], raws=None if custody == Value.Custody.OWNER
+                              else [raw], ceiling=ceiling, schedule=schedule, rng=rng, custody=custody)[0]
+
+
+def value_upload_chain(*, value_id: int, owner: User, epsilons: list, outputs: list) -> Value:
+    """Store the chain points an owner's device drew for its owner-held value (docs/custody.md#uploads).
+
+    ``epsilons`` (Decimals) must be strictly increasing, continue the stored chain (the first upload starts at
+    the grid start, a later one at the grid point right after the stored head), lie on the attribute's grid
+    except perhaps the last (the *upload level* the owner chose) and not pass the grid's stop; ``outputs`` are
+    label indices 0..m-1.  Points above the ceiling cost nothing and are never sold above it (rule 5).  Under
+    the value's budget lock, then the attribute's chain lock (the global order); the points are sealed like
+    every chain point, and an ``owner_upload`` ledger entry records the new upload level.
+    """
+    with transaction.atomic():
+        budget = BudgetAccount.objects.select_for_update().filter(value_id=value_id).first()
+        value = Value.objects.select_related("attribute").filter(id=value_id).first()
+        if budget is None or value is None or value.owner_id != owner.id:
+            raise CustodyRefused("No such value of yours.", field="value")
+        if value.custody != Value.Custody.OWNER:
+            raise CustodyRefused("This value is held by the service, which grows its chain itself.", field="value")
+        if value.withdrawn_at is not None:
+            raise CustodyRefused("This value was withdrawn.", field="value")
+        attribute = value.attribute
+        chainstore.lock(attribute.id)
+        blocks = chainstore.read([value.block_id])
+        head = int(chainstore.heads_of(blocks, np.array([value.block_id]), np.array([value.slot]))[0])
+        eps, outs = _check_upload(attribute, head, epsilons, outputs)
+        n = eps.size
+        chainstore.store(attribute, blocks, np.full(n, value.block_id), np.full(n, value.slot), eps,
+                         outs.reshape(n, 1))
+        rows = event_rows([budget], LedgerEntry.Kind.OWNER_UPLOAD)
+        rows.records["epsilon"] = eps[-1]
+        ledger.append(rows, shard=attribute.id)
+    return value
+
+
+def _check_upload(attribute: Attribute, head: int, epsilons: list, outputs: list) -> tuple[np.ndarray, np.ndarray]:
+    """The upload as micro-epsilons and outputs, or ``CustodyRefused`` naming the field (docs/custody.md#uploads)."""
+    grid, m = chains.Grid.of(attribute), attribute.domain_size
+    if not epsilons:
+        raise CustodyRefused("Upload at least one chain point.", field="epsilons")
+    if len(outputs) != len(epsilons):
+        raise CustodyRefused(f"Give one output per epsilon: {len(epsilons)} epsilons, {len(outputs)} "
+                             "outputs.", field="outputs")
+    micros = []
+    for e in epsilons:
+        micro = to_micro(e)
+        if from_micro(micro) != e:
+            raise CustodyRefused(f"{e} has more than 6 decimal places.", field="epsilons")
+        micros.append(micro)
+    eps = np.array(micros, dtype=np.int64)
+    if (np.diff(eps) <= 0).any():
+        raise CustodyRefused("The epsilons must be strictly increasing.", field="epsilons")
+    first = grid.start if head == 0 else int(grid.next_point_after(np.array([head]))[0])
+    if eps[0] != first:
+        where = "the grid start" if head == 0 else f"the grid point after the stored head {from_micro(head)}"
+        raise CustodyRefused(f"The upload must start at {where}: {from_micro(first)}, not "
+                             f"{from_micro(int(eps[0]))}.", field="epsilons")
+    on_grid = ((eps - grid.start) % grid.step == 0) & (eps >= grid.start)
+    if not on_grid[:-1].all():
+        bad = int(eps[:-1][~on_grid[:-1]][0])
+        raise CustodyRefused(f"{from_micro(bad)} is not on the attribute's grid (from "
+                             f"{from_micro(grid.start)} in steps of {from_micro(grid.step)}); only the "
+                             "last epsilon, the upload level, may lie between grid points.", field="epsilons")
+    if n_gap := int((np.diff(eps) > grid.step).sum()):
+        raise CustodyRefused(f"The upload skips {n_gap} grid point(s): every grid point up to the upload "
+                             "level must be given.", field="epsilons")
+    if eps[-1] > grid.stop:
+        raise CustodyRefused(f"The upload level {from_micro(int(eps[-1]))} is above the attribute's cap "
+                             f"{from_micro(grid.stop)}.", field="epsilons")
+    outs = np.asarray(outputs, dtype=np.int64)
+    if ((outs < 0) | (outs >= m)).any():
+        raise CustodyRefused(f"Outputs are label indices from 0 to {m - 1}.", field="outputs")
+    return eps, outs
 
 
 def value_delete_raw(*, value_id: int) -> Value:

@@ -322,6 +322,20 @@ def owner_values(owner: User, *, with_events: bool = True) -> list[ValueRow]:
     return rows
 
 
+def owner_values_of(owner: User, value_ids) -> list[ValueRow]:
+    """The owner's values among ``value_ids`` (in that order) with budget, chain head, release count and earnings;
+    no history (the owner API's list)."""
+    values = {v.id: v for v in _values(owner).filter(id__in=list(value_ids))}
+    rows = _rows([values[i] for i in value_ids if i in values])
+    counts = dict(LedgerEntry.objects.of_values(list(values)).filter(kind__in=RELEASE_KINDS)
+                  .values("value_id").annotate(n=Count("id")).order_by().values_list("value_id", "n"))
+    earned = _earned_by_attribute(owner)
+    for row in rows:
+        row.releases = counts.get(row.value.id, 0)
+        row.earned = earned.get(row.value.attribute_id, ZERO_MONEY)
+    return rows
+
+
 def owns_value(owner: User, value_id: int) -> bool:
     return Value.objects.filter(id=value_id, owner=owner).exists()
 

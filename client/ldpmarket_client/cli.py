@@ -1,4 +1,4 @@
-"""``ldpmarket-client``: the buyer API from a shell (docs/client.md in the repository).
+"""``ldpmarket-client``: the buyer and owner APIs from a shell (docs/client.md in the repository).
 
     ldpmarket-client login --username demo-buyer            # asks for the password; stores the token
     ldpmarket-client datasets
@@ -8,6 +8,14 @@
     ldpmarket-client estimate 7
     ldpmarket-client account
     ldpmarket-client statement
+
+    ldpmarket-client owner contribute --attribute 3 --value green --ceiling 1 --upload-to 2
+    ldpmarket-client owner extend                            # e.g. from cron: every held value to its ceiling
+    ldpmarket-client owner status
+
+The owner verbs keep an owner-held value on this machine (docs/custody.md): the raw value and the chain's head
+stay in the owner state file (``--state``, else ``LDPMARKET_OWNER_STATE``, else ``owner-state.json`` in the
+user's data directory, readable by the user only); only epsilons and outputs drawn here are uploaded.
 
 The service's address: ``--url``, else ``LDPMARKET_URL``, else the one ``login`` stored, else
 http://127.0.0.1:8000.  The token: ``--token``, else ``LDPMARKET_TOKEN``, else the one ``login`` stored in
@@ -28,6 +36,7 @@ import platformdirs
 from . import __version__
 from .client import DEFAULT_URL, Client
 from .errors import ClientError, ProblemError
+from .owner import Owner, default_state_path
 
 #: The one-shot mechanisms' parameters that quote and buy pass through.
 PARAMETERS = ("theta", "family", "eps1", "eps2", "mechanism", "pi_b", "p2")
@@ -77,7 +86,8 @@ def _add_request(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ldpmarket-client", description="The ldpmarket buyer API from a shell.")
+    parser = argparse.ArgumentParser(prog="ldpmarket-client",
+                                     description="The ldpmarket buyer and owner APIs from a shell.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--url", help=f"the service (default: $LDPMARKET_URL, the stored one, {DEFAULT_URL})")
     parser.add_argument("--token", help="an API token (default: $LDPMARKET_TOKEN, then the one login stored)")
@@ -114,6 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("statement", help="your account's movements, newest first")
     p.add_argument("--since", help="ISO 8601 date-time")
     p.add_argument("--until", help="ISO 8601 date-time")
+
+    p = verbs.add_parser("owner", help="owner-held values: contribute, extend and see them (docs/custody.md)")
+    p.add_argument("--state", help="the owner state file, which holds your raw values (default: "
+                                   "$LDPMARKET_OWNER_STATE, or owner-state.json in the user's data directory)")
+    owner = p.add_subparsers(dest="owner_verb", required=True, metavar="OWNER_VERB")
+    o = owner.add_parser("contribute", help="contribute a value kept on this machine and upload its chain")
+    o.add_argument("--attribute", type=int, required=True, help="the attribute's id")
+    o.add_argument("--value", required=True, help="your value: one of the attribute's labels (never uploaded)")
+    o.add_argument("--ceiling", required=True, help="the most epsilon sales of this value may spend, e.g. 1")
+    o.add_argument("--upload-to", help="draw and upload the chain up to this epsilon (default: the ceiling's "
+                                       "last grid point; above the ceiling is allowed and never sold)")
+    o = owner.add_parser("extend", help="continue the chains of the values held here (default: all of them)")
+    o.add_argument("--value-id", type=int, help="only this value")
+    o.add_argument("--upload-to", help="up to this epsilon (default: each value's ceiling's last grid point)")
+    owner.add_parser("status", help="your values as the service sees them, with what the state file holds")
     return parser
 
 
@@ -153,7 +178,25 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     with Client(url, token, progress=progress) as client:
+        if args.verb == "owner":
+            return _owner(args, client)
         return _verb(args, client, path, config, token)
+
+
+def _owner(args, client: Client) -> int:
+    owner = Owner(client=client, state=args.state or default_state_path())
+    if args.owner_verb == "contribute":
+        _print_json(owner.contribute(args.attribute, args.value, ceiling=args.ceiling, upload_to=args.upload_to))
+    elif args.owner_verb == "extend":
+        results = owner.extend(args.value_id, upload_to=args.upload_to)
+        _print_json(results)
+        failed = [r for r in results if "error" in r]
+        for r in failed:
+            print(f"ldpmarket-client: value {r['id']}: {r['error']}", file=sys.stderr)
+        return 1 if failed else 0
+    elif args.owner_verb == "status":
+        _print_json(owner.status())
+    return 0
 
 
 def _verb(args, client: Client, path: Path, config: dict, token: str) -> int:

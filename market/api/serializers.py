@@ -20,6 +20,7 @@ from accounts.models import LedgerEntry
 from ldpmarket.problems import ParameterError
 from market import oneshot_specs
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase
+from market import selectors
 from market.selectors import progress_get
 
 BIGINT_MAX = 2 ** 63 - 1
@@ -313,6 +314,9 @@ class ExcludedSerializer(serializers.Serializer):
     withdrawn = serializers.IntegerField(help_text="Values whose owner withdrew.")
     no_raw = serializers.IntegerField(help_text="Values whose chain stops below the epsilon and whose raw datum "
                                                 "was deleted, so they cannot be extended.")
+    awaiting_owner = serializers.IntegerField(
+        help_text="Owner-held values (docs/custody.md) whose chain, uploaded by the owner's device, stops below the "
+                  "epsilon: they are sold once the owner uploads further.")
 
 
 class CategoryErrorSerializer(serializers.Serializer):
@@ -500,8 +504,7 @@ class PurchaseSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, obj):
-        return {"ceiling": obj.excluded_ceiling, "budget": obj.excluded_budget, "paused": obj.excluded_paused, "withdrawn": obj.excluded_withdrawn,
-                "no_raw": obj.excluded_no_raw}
+        return selectors.excluded_counts(obj)
 
     @extend_schema_field(ProgressSerializer(allow_null=True))
     def get_progress(self, obj):

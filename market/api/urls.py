@@ -6,6 +6,7 @@ from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
 from accounts.ledger_api import LedgerCheckpointList, LedgerConsistencyView, LedgerPublicKeyView
 from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
+from .owner import OwnerValueViewSet
 from .root import ApiRootView
 from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
@@ -16,6 +17,7 @@ router.include_root_view = False
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("purchases", PurchaseViewSet, basename="purchase")
 router.register("surveys", SurveyViewSet, basename="survey")
+router.register("owner/values", OwnerValueViewSet, basename="owner-value")
 
 urlpatterns = [
     path("", ApiRootView.as_view(), name="root"),

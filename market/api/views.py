@@ -177,9 +177,7 @@ def _quote_payload(q: selectors.Quote) -> dict:
         "guarantee_label": oneshot_specs.guarantee_label(guarantee), "parameters": q.parameters,
         "quote": q.token, "attribute": q.attribute.id, "epsilon": q.epsilon, "cohort": q.cohort,
         "candidates": q.candidates, "included": q.included,
-        "excluded": {"ceiling": q.excluded_ceiling, "budget": q.excluded_budget, "paused": q.excluded_paused,
-                     "withdrawn": q.excluded_withdrawn,
-                     "no_raw": q.excluded_no_raw},
+        "excluded": selectors.excluded_counts(q),
         "price": q.price, "list_price": q.list_price, "upgrade_credit": q.upgrade_credit,
         "price_per_value": q.price_per_value,
         "predicted_error": None if p is None else {
