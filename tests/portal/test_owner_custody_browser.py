@@ -1,0 +1,185 @@
+""""Keep my value on this device" in a real browser (Playwright driving Debian's Chromium; docs/custody.md).
+
+An owner contributes with the box checked: the browser creates an owner-held value through the owner API,
+draws the chain itself (``portal/static/portal/owner_sampler.js``) and uploads only epsilons and outputs.  Every
+request the browser makes is recorded: the raw label appears in none (URL or body), and the contribute form
+itself is never posted.  The value shows as kept on the device with its upload level; the owner raises the
+ceiling in the portal, comes back, clicks "Extend now" and the upload level rises; a browser without the value
+is told so.  Screenshots go to ``test-artifacts/owner-custody/`` (git-ignored).  Skipped, saying why, without
+Playwright or ``/usr/bin/chromium``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.portal import test_browser
+from tests.portal.test_browser import CHROMIUM, sync_playwright
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+browser_page = test_browser.browser_page  # the fixture: a real Chromium page, CSP violations fail
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "owner-custody"
+PASSWORD = "a long and unusual passphrase 42"
+GRID = dict(grid_start=Decimal("0.5"), grid_step=Decimal("0.5"), grid_stop=Decimal("10"))
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None,
+                       reason="Playwright for Python is not installed (pip install playwright)"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
+]
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def micro(*eps: str) -> list[int]:
+    return [int(Decimal(e) * 1_000_000) for e in eps]
+
+
+def test_an_owner_keeps_the_value_on_the_device_and_extends_it(live_server, browser_page, transactional_db):
+    from playwright.sync_api import expect
+
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from market.models import Value
+    from market.pricing import DEFAULT_POLICY
+    from tests.factories import CategoricalAttributeFactory, stored_chains
+
+    page, base = browser_page, live_server.url
+    owner = User.objects.create_user("dora", password=PASSWORD)
+    grant_role(owner, "owner")
+    attribute = CategoricalAttributeFactory(name="favourite fruit", labels=["apple", "quince", "medlar", "sloe"],
+                                            price_policy=DEFAULT_POLICY, **GRID)
+    assert attribute.supports_owner_custody
+    sent: list[tuple[str, str, str]] = []
+    page.on("request", lambda r: sent.append((r.method, r.url, r.post_data or "")))
+
+    page.goto(f"{base}/portal/login/?next=/portal/contribute/{attribute.id}/")
+    page.get_by_label("Username").fill("dora")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+
+    # 1. Contribute with the box checked: ceiling 1.7, so the chain goes up to the grid point 1.5.
+    page.get_by_label("Your value for “favourite fruit”").select_option("medlar")
+    page.get_by_label("A fixed ceiling").check()
+    page.get_by_label("Ceiling (ε)").fill("1.7")
+    page.get_by_label("Keep my value on this device").check()
+    expect(page.get_by_label("Upload up to ε (optional)")).to_be_visible()
+    shot(page, "01-contribute-on-device")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page).to_have_url(re.compile(r"/portal/values/\d+/$"))
+    expect(page.get_by_role("heading", name="favourite fruit")).to_be_visible()
+    value = Value.objects.get(owner=owner, attribute=attribute)
+    assert page.url == f"{base}/portal/values/{value.id}/"
+    assert value.custody == Value.Custody.OWNER and value.raw_sealed is None and value.input_sealed is None
+    eps, outputs = stored_chains(attribute)[value.id]
+    assert eps.tolist() == micro("0.5", "1", "1.5") and ((outputs >= 0) & (outputs < 4)).all()
+    expect(page.locator(".badges")).to_contain_text("Kept on your device")
+    expect(page.locator("#upload-level")).to_contain_text("ε 1.5")
+    expect(page.locator("#guarantee")).to_contain_text("against the service ε 1.5")
+    expect(page.locator("#custody-status")).to_contain_text("nothing to upload now")
+    expect(page.get_by_role("button", name="Extend now")).to_be_hidden()
+    shot(page, "02-value-on-device")
+
+    # what this browser keeps: the value id, the label's index (medlar is 2), the chain's head and its output
+    stored = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    assert stored == {"value": value.id, "m": 4, "label": 2, "head": "1.5", "output": int(outputs[-1, 0]),
+                      "pending": None}
+    api_posts = [(m, u) for m, u, _ in sent if m == "POST"]
+    assert api_posts == [("POST", f"{base}/portal/login/?next=/portal/contribute/{attribute.id}/"),
+                         ("POST", f"{base}/api/v1/owner/values/"),
+                         ("POST", f"{base}/api/v1/owner/values/{value.id}/chain/")], "the form itself is never posted"
+
+    # 2. Raise the ceiling to 3.2 in the portal: the chain now waits for the device.
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("3.2")
+    page.get_by_role("button", name="Save the ceiling").click()
+    expect(page.locator("#custody-status")).to_contain_text("extend the chain to ε 3")
+    expect(page.locator("#upload-level")).to_contain_text("ε 1.5")
+    shot(page, "03-value-needs-upload")
+
+    # 3. Extend now: this browser draws 2, 2.5 and 3 from its stored head and uploads them.
+    page.get_by_role("button", name="Extend now").click()
+    expect(page.locator("#upload-level")).to_contain_text("ε 3")
+    expect(page.locator("#custody-status")).to_contain_text("nothing to upload now")
+    eps2, outputs2 = stored_chains(attribute)[value.id]
+    assert eps2.tolist() == micro("0.5", "1", "1.5", "2", "2.5", "3")
+    assert (outputs2[:3] == outputs).all(), "the uploaded prefix is kept"
+    stored = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    assert stored["head"] == "3" and stored["output"] == int(outputs2[-1, 0]) and stored["pending"] is None
+    shot(page, "04-value-extended")
+
+    # the raw label never left the browser: no URL, no body of any request
+    assert sent and not [r for r in sent if "medlar" in r[1].lower() or "medlar" in r[2].lower()], sent
+    chain_bodies = [json.loads(body) for m, u, body in sent if m == "POST" and u.endswith("/chain/")]
+    assert chain_bodies == [{"epsilons": ["0.5", "1", "1.5"], "outputs": outputs[:, 0].tolist()},
+                            {"epsilons": ["2", "2.5", "3"], "outputs": outputs2[3:, 0].tolist()}]
+
+    # 4. A browser that does not hold the value says so (and offers nothing to extend).
+    page.evaluate("localStorage.clear()")
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("4")
+    page.get_by_role("button", name="Save the ceiling").click()
+    expect(page.locator("#custody-status")).to_contain_text("this browser does not hold it")
+    expect(page.get_by_role("button", name="Extend now")).to_be_hidden()
+    shot(page, "05-value-elsewhere")
+
+
+def test_an_owner_chooses_the_upload_level_and_is_told_what_the_device_needs(live_server, browser_page,
+                                                                           transactional_db):
+    from playwright.sync_api import expect
+
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from market.models import Value
+    from market.pricing import DEFAULT_POLICY
+    from tests.factories import CategoricalAttributeFactory, stored_chains
+
+    page, base = browser_page, live_server.url
+    owner = User.objects.create_user("emil", password=PASSWORD)
+    grant_role(owner, "owner")
+    attribute = CategoricalAttributeFactory(name="commute", labels=["walk", "bike", "bus"],
+                                            price_policy=DEFAULT_POLICY, **GRID)
+    sent: list[tuple[str, str, str]] = []
+    page.on("request", lambda r: sent.append((r.method, r.url, r.post_data or "")))
+    page.goto(f"{base}/portal/login/?next=/portal/contribute/{attribute.id}/")
+    page.get_by_label("Username").fill("emil")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+
+    # A schedule cannot be kept on the device (the owner API takes a fixed ceiling): refused before any request.
+    page.get_by_label("Your value for “commute”").select_option("bike")
+    page.get_by_label("Keep my value on this device").check()
+    page.get_by_label("A release schedule").check()
+    before = len(sent)
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.get_by_role("alert")).to_contain_text("needs a fixed ceiling")
+    assert sent[before:] == [] and not Value.objects.filter(attribute=attribute).exists()
+    shot(page, "11-schedule-refused")
+
+    # An upload level between grid points, above the ceiling: pre-generated points, never sold above the ceiling.
+    page.get_by_label("A fixed ceiling").check()
+    page.get_by_label("Ceiling (ε)").fill("1")
+    page.get_by_label("Upload up to ε (optional)").fill("2.25")
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page).to_have_url(re.compile(r"/portal/values/\d+/$"))
+    value = Value.objects.get(owner=owner, attribute=attribute)
+    assert stored_chains(attribute)[value.id][0].tolist() == micro("0.5", "1", "1.5", "2", "2.25")
+    expect(page.locator("#upload-level")).to_contain_text("ε 2.25")
+    expect(page.locator("#custody-status")).to_contain_text("nothing to upload now")
+    shot(page, "12-value-upload-level")
+
+    # Above the upload level the chain continues from the off-grid head at the next grid point.
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("3.2")
+    page.get_by_role("button", name="Save the ceiling").click()
+    page.get_by_role("button", name="Extend now").click()
+    expect(page.locator("#upload-level")).to_contain_text("ε 3")
+    assert stored_chains(attribute)[value.id][0].tolist() == micro("0.5", "1", "1.5", "2", "2.25", "2.5", "3")
+    assert not [r for r in sent if "bike" in r[1].lower() or "bike" in r[2].lower()]
