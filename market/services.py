@@ -202,6 +202,8 @@ def value_delete_raw(*, value_id: int) -> Value:
     with transaction.atomic():
         budget = BudgetAccount.objects.select_for_update().get(value_id=value_id)
         value = Value.objects.select_for_update().get(id=value_id)
+        if value.custody == Value.Custody.OWNER:
+            raise BudgetError("This value is kept on your device: the service holds no raw value to delete.")
         if value.raw_deleted_at is None:
             value.raw_sealed = value.input_sealed = None
             value.raw_deleted_at = timezone.now()

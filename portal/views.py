@@ -30,6 +30,7 @@ from accounts.epsilon import EpsilonError
 from accounts.models import MoneyAccount
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.domain import InvalidValue
+from market.models import Value
 from market.services import value_create, value_delete_raw, value_set_pum_tag
 
 from . import charts, selectors
@@ -361,6 +362,10 @@ def resume(request, value_id: int):
 @require_http_methods(["GET", "POST"])
 def delete_raw(request, value_id: int):
     row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    if row.value.custody == Value.Custody.OWNER:  # nothing to delete: the raw value is on the owner's device
+        messages.info(request, "Your value is kept on your device: the service never held it, so there is nothing "
+                               "to delete here.")
+        return redirect("portal:value", value_id=row.value.id)
     if request.method == "POST":
         value_delete_raw(value_id=row.value.id)
         if row.is_oneshot:

@@ -318,3 +318,31 @@ def test_the_privacy_audit_flags_owner_held_chains_that_are_not_random(attribute
     assert all(t["n"] == 150 for t in audit.steps)
     assert audit.not_random is flagged and report.ok is (not flagged)
     assert "owner-held chains (150)" in report.as_text()
+
+
+def test_an_owner_held_value_has_no_raw_value_to_delete(attribute):
+    from market.services import value_delete_raw
+    from ldpmarket.problems import BudgetError
+
+    user, client = owner_client()
+    body = contribute_held(client, attribute)
+    with pytest.raises(BudgetError, match="kept on your device"):
+        value_delete_raw(value_id=body["id"])
+    assert Value.objects.get(id=body["id"]).raw_deleted_at is None
+
+
+def test_the_portal_offers_no_raw_deletion_for_an_owner_held_value_and_shows_both_guarantees(attribute, client):
+    user, api = owner_client()
+    held = contribute_held(api, attribute)
+    eps = grid_points("0.1", "0.3")
+    assert upload(api, held["id"], eps, device_chain(1, eps, 2)).status_code == 200
+    other = CategoricalAttributeFactory(labels=LABELS, dataset=attribute.dataset, name="second question")
+    served = api.post("/api/v1/owner/values/", {"attribute": other.id, "value": "blue", "ceiling": "1"},
+                      format="json").json()
+    client.force_login(user)
+    page = client.get(f"/portal/values/{held['id']}/").content.decode()
+    assert "against the service ε 0.3" in page and "delete-raw" not in page
+    r = client.post(f"/portal/values/{held['id']}/delete-raw/")
+    assert r.status_code == 302 and Value.objects.get(id=held["id"]).raw_deleted_at is None
+    page = client.get(f"/portal/values/{served['id']}/").content.decode()
+    assert "against the service none: the service holds your value" in page
