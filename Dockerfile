@@ -15,6 +15,10 @@ RUN pip install -r requirements.txt
 
 COPY . .
 
+# The Python client (ldpmarket_client, client/): load_demo draws the owner-held demo values' chains with the owner
+# SDK's sampler, the code an owner's device runs (docs/custody.md). It brings requests and platformdirs.
+RUN pip install ./client
+
 # Static files for whitenoise. collectstatic needs settings to load but touches no database and no key
 # material: DJANGO_DEBUG=1 for this one command lets the settings use their development keys (weak keys
 # refuse start-up without it). The services run with DJANGO_DEBUG=0 and the real keys from the environment.

@@ -124,7 +124,8 @@ def _short(d: Decimal) -> str:
 
 
 def open_raw(value: Value) -> str | None:
-    """The owner's raw value in clear (``None`` once deleted); only ever called for the value's own owner."""
+    """The owner's raw value in clear (``None`` once deleted, and always for an owner-held value: the service never
+    had it, docs/custody.md); only ever called for the value's own owner."""
     if value.raw_sealed is None:
         return None
     try:
@@ -179,6 +180,25 @@ class ValueRow:
     @property
     def raw_display(self) -> str | None:
         return describe_raw(self.value.attribute, self.raw)
+
+    @property
+    def owner_held(self) -> bool:
+        """Whether the raw value is kept on the owner's device, never sent to the service (docs/custody.md)."""
+        return self.value.custody == Value.Custody.OWNER
+
+    @property
+    def upload_level(self) -> Decimal | None:
+        """An owner-held value's upload level: the highest epsilon its device uploaded (None before the first
+        upload, and for a service-held value)."""
+        return self.head if self.owner_held and self.length else None
+
+    @property
+    def service_guarantee(self) -> Decimal | None:
+        """The guarantee against the service: an owner-held value's upload level (0 before the first upload);
+        None for a service-held value, which the service holds in clear (sealed with its own key)."""
+        if not self.owner_held:
+            return None
+        return self.upload_level if self.upload_level is not None else Decimal(0)
 
     @property
     def mechanism_name(self) -> str:
@@ -589,6 +609,10 @@ def attribute_for_contribution(attribute_id: int) -> Attribute:
 
 # ----------------------------------------------------------------------------------------------- export
 
+#: The guarantee against the service of a value the service holds (docs/custody.md).
+SERVICE_HOLDS_IT = "none: the service holds your value"
+
+
 def _s(d) -> str | None:
     return None if d is None else str(d)
 
@@ -616,7 +640,9 @@ def export(owner: User) -> dict:
             "attribute": v.attribute.name,
             "kind": v.attribute.kind,
             "mechanism": v.attribute.mechanism,
+            "custody": v.custody,
             "raw_value": row.raw,
+            **({"raw_value_kept_on": "your device: the service never received it"} if row.owner_held else {}),
             **({"pum_tag": pum_tag(owner, v.id)} if row.takes_pum_tag else {}),
             "raw_deleted_at": _t(v.raw_deleted_at),
             "contributed_at": _t(v.created_at),
@@ -628,7 +654,12 @@ def export(owner: User) -> dict:
                               "start_at": _t(b.schedule_start_at), "end_at": _t(b.schedule_end_at),
                               "shape": b.schedule_shape, "steps": b.schedule_steps} if b.scheduled else None),
             },
-            "chain": None if row.is_oneshot else {"head": _s(row.head), "length": row.length},
+            "chain": None if row.is_oneshot else {"head": _s(row.head), "length": row.length,
+                                                  **({"upload_level": _s(row.upload_level)} if row.owner_held
+                                                     else {})},
+            "guarantee": {"against_buyers": _s(b.loss),
+                          "against_service": (_s(row.service_guarantee) if row.owner_held
+                                              else SERVICE_HOLDS_IT)},
             "earned": _s(row.earned),
             "releases": [{"at": _t(r.at), "organisation": r.organisation, "epsilon": _s(r.epsilon),
                           "loss_after": _s(r.loss_after), "earned": _s(r.earned), "purchase": r.purchase_id,

@@ -1,4 +1,5 @@
-"""``manage.py load_demo``: the paper's two experiments (docs/mechanisms-reference.md#the-demo-experiments, docs/operations.md)."""
+"""``manage.py load_demo``: the paper's two experiments (docs/mechanisms-reference.md#the-demo-experiments,
+docs/operations.md), owner-held values (docs/custody.md) and the one-shot demos."""
 from __future__ import annotations
 
 import math
@@ -29,6 +30,8 @@ ONESHOT_DEMOS = {"Places visited (utility-optimized LDP)": 200, "Opinions (three
                  "Film ratings (bipartite graph)": 120, "Listening habits (distributions)": 100,
                  "Favourite products (1,000 labels, optimal local hashing)": 3000}
 CATEGORICAL = {"1": 100, "2": 200, "3": 300, "4": 400, "5": 500}
+HELD = "Device-held experiment"
+HELD_LABELS = {"walk": 40, "bike": 50, "car": 70, "transit": 40}
 
 
 def load() -> str:
@@ -53,7 +56,8 @@ def eps_ns(k: int, eps_alpha: float, eps_beta: float) -> float:
 
 def snapshot() -> dict[str, int]:
     return {model.__name__: model.objects.count() for model in
-            (User, Dataset, Attribute, Value, ChainBlock, ChainPoint, BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry)}
+            (User, Dataset, Attribute, Value, ChainBlock, ChainPoint, BudgetAccount, LedgerEntry, MoneyAccount,
+             MoneyEntry)}
 
 
 def test_the_papers_counts():
@@ -74,7 +78,8 @@ def test_the_papers_counts():
 def test_every_value_has_its_own_owner_and_demo_owner_has_one_in_each():
     load()
     demo_owner = User.objects.get(username="demo-owner")
-    for title, prefix, n in (("Binary experiment", "demo-b-", 1000), ("Categorical experiment", "demo-c-", 1500)):
+    for title, prefix, n in (("Binary experiment", "demo-b-", 1000), ("Categorical experiment", "demo-c-", 1500),
+                             (HELD, "demo-o-", 200)):
         values = Value.objects.filter(attribute__dataset__title=title).select_related("owner")
         owners = [v.owner for v in values]
         assert len({o.id for o in owners}) == n
@@ -137,7 +142,9 @@ def test_budgets_chains_and_ledger_for_every_value():
     # one ledger entry per value recording its policy, nothing released
     kinds = Counter(LedgerEntry.objects.values_list("value__attribute__dataset__title", "kind"))
     assert kinds == {("Binary experiment", "ceiling"): 1000, ("Categorical experiment", "schedule"): 1500,
-                     **{(title, "ceiling"): n for title, n in ONESHOT_DEMOS.items()}}
+                     **{(title, "ceiling"): n for title, n in ONESHOT_DEMOS.items()},
+                     # owner-held: each value's policy and custody, and one upload per device that uploaded
+                     (HELD, "ceiling"): 200, (HELD, "owner_custody"): 200, (HELD, "owner_upload"): 191}
 
 
 def test_idempotent():
@@ -146,11 +153,15 @@ def test_idempotent():
     second = load()
     assert snapshot() == counts
     assert second == first
-    assert counts["Value"] == 2500 + sum(ONESHOT_DEMOS.values()) and counts["Dataset"] == 2 + len(ONESHOT_DEMOS)
+    assert counts["Value"] == 2700 + sum(ONESHOT_DEMOS.values()) and counts["Dataset"] == 3 + len(ONESHOT_DEMOS)
     for needle in ("Binary experiment", "Categorical experiment", "0: 400, 1: 600",
+                   "Device-held experiment / commute (categorical): 200 values, 200 held by their owners",
+                   "walk: 40, bike: 50, car: 70, transit: 40", "fixed ceiling 1.0",
+                   "uploaded by the devices: 160 up to 1.0, 31 up to 0.5, 9 not yet",
+                   "(owns 3 values: one in each of Binary experiment, Categorical experiment, Device-held experiment)",
                    "1: 100, 2: 200, 3: 300, 4: 400, 5: 500", "demo-buyer / demo-buyer-password",
                    "demo-owner / demo-owner-password", "http://127.0.0.1:8000/admin/", "/api/v1/", "/portal/",
-                   "/api/v1/auth/token/   POST username and password"):
+                   "/api/v1/auth/token/   POST username and password", "/api/v1/owner/values/   owner API"):
         assert needle in first, needle
 
 
@@ -283,3 +294,70 @@ def test_the_olh_demo_sells_1000_labels_and_its_estimates_recover_the_popular_pr
     for label in sorted(truth, key=truth.get, reverse=True)[:10]:
         share = truth[label] / 3000
         assert abs(rows[label]["estimate"] - share) < 4 * rows[label]["standard_error"], (label, rows[label], share)
+
+
+def test_the_device_held_experiment_is_owner_held_with_chains_drawn_by_the_sdk_up_to_each_upload_level():
+    """Issue 16: 200 owner-held values contributed without their raw values; each device drew its chain with the
+    SDK's sampler and uploaded it through ``value_upload_chain`` (most to 1.0, some to 0.5, a few not at all);
+    the service stores no raw value and no input; purchases above 0.5 leave the 0.5 devices out as awaiting
+    their owner; the budget audit passes."""
+    from audit.budget_audit import audit_budgets
+    from market.management.commands.load_demo import HELD as held, held_contents, label_counts
+    from market.purchases import purchase_claim, purchase_execute
+
+    load()
+    attr = attribute(HELD)
+    assert (attr.kind, attr.labels, attr.is_oneshot, attr.supports_owner_custody) == (
+        "categorical", list(HELD_LABELS), False, True)
+    assert (attr.grid_start, attr.grid_step, attr.grid_stop) == (Decimal("0.1"), Decimal("0.1"), Decimal("2"))
+    values = list(attr.values.select_related("owner", "budget").order_by("id"))
+    assert len(values) == 200 and {v.custody for v in values} == {Value.Custody.OWNER}
+    assert not attr.values.filter(raw_sealed__isnull=False).exists()
+    assert not attr.values.filter(input_sealed__isnull=False).exists()
+    assert label_counts(attr) == {}  # nothing to open: the labels stayed on the devices
+    assert {v.budget.ceiling for v in values} == {Decimal("1")}
+    assert {(v.budget.chain_loss, v.budget.oneshot_loss) for v in values} == {(Decimal(0), Decimal(0))}
+
+    # each chain: the grid points from 0.1 up to its device's upload level, outputs label indices
+    raws, levels = held_contents(held)
+    assert Counter(raws) == HELD_LABELS and Counter(levels) == {Decimal("1.0"): 160, Decimal("0.5"): 31, None: 9}
+    index = {"demo-owner": 0, **{f"demo-o-{i:04d}": i for i in range(1, 200)}}
+    stored = stored_chains(attr)
+    heads = chain_heads(values)
+    uploads = dict(LedgerEntry.objects.filter(value__attribute=attr, kind="owner_upload")
+                   .values_list("value_id", "epsilon"))
+    kept_at_1 = 0
+    for v in values:
+        level = levels[index[v.owner.username]]
+        if level is None:
+            assert v.id not in stored or stored[v.id][0].size == 0
+            assert v.id not in uploads
+            continue
+        eps, out = stored[v.id]
+        points = np.arange(1, int(level * 10) + 1) * 100_000
+        assert np.array_equal(eps, points) and out.shape == (points.size, 1), v.owner.username
+        assert out.min() >= 0 and out.max() < 4
+        assert heads[v.id] == (level, points.size) and uploads[v.id] == level
+        if level == Decimal("1.0"):
+            kept_at_1 += int(out[-1, 0]) == attr.labels.index(raws[index[v.owner.username]])
+    # at epsilon 1 each output is a 1-k-RR of its label over 4: kept with e / (e + 3) = 0.475 (160 values)
+    p = math.e / (math.e + 3)
+    assert abs(kept_at_1 / 160 - p) < 4 * math.sqrt(p * (1 - p) / 160)
+
+    # demo-owner's value: owner-held, uploaded to 0.5
+    demo = next(v for v in values if v.owner.username == "demo-owner")
+    assert demo.custody == Value.Custody.OWNER and heads[demo.id] == (Decimal("0.5"), 5)
+
+    # sales follow the upload levels: at 0.5 every uploaded chain, above it only the devices at 1.0
+    buyer = User.objects.get(username="demo-buyer")
+    for e, included, awaiting in (("0.5", 191, 9), ("0.7", 160, 40)):
+        purchase, _ = purchase_claim(buyer=buyer, attribute=attr, epsilon=Decimal(e), cohort=None,
+                                     idempotency_key=f"held-{e}")
+        purchase = purchase_execute(purchase_id=purchase.id, rng=np.random.default_rng(0))
+        assert (purchase.status, purchase.included, purchase.excluded_awaiting_owner) == (
+            "completed", included, awaiting), e
+    # the service never grows an owner-held chain past its upload level
+    assert {head for head, _ in chain_heads(attr.values.all()).values()} == {Decimal(0), Decimal("0.5"), Decimal("1")}
+    assert chain_heads([demo])[demo.id][0] == Decimal("0.5")
+    report = audit_budgets()
+    assert report.ok, report.as_text()

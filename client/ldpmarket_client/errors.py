@@ -115,6 +115,9 @@ TrailingSlashRequired = _problem("TrailingSlashRequired", slug="trailing-slash-r
 # Types the API does not send as such today (docs/errors.md, second table), known so that they stay typed.
 BudgetRefused = _problem("BudgetRefused", slug="budget-refused", doc="400: a budget change the rules forbid.")
 InvalidValue = _problem("InvalidValue", slug="invalid-value", doc="400: a value that does not fit its attribute.")
+CustodyRefused = _problem("CustodyRefused", slug="custody-refused",
+                          doc="400: an owner-held contribution or chain upload the rules refuse (``errors`` names the "
+                              "field).")
 InvalidQuote = _problem("InvalidQuote", slug="invalid-quote", doc="400: a tampered, foreign or expired quote.")
 InvalidPricePolicy = _problem("InvalidPricePolicy", slug="invalid-price-policy",
                               doc="400: a price policy that does not parse.")

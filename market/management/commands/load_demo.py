@@ -1,4 +1,5 @@
-"""``python manage.py load_demo``: the paper's two experiments as datasets (docs/mechanisms-reference.md#the-demo-experiments).
+"""``python manage.py load_demo``: the paper's two experiments as datasets
+(docs/mechanisms-reference.md#the-demo-experiments), owner-held values (docs/custody.md) and one-shot demos.
 
 * "Binary experiment": one binary attribute, 1000 values (600 ones, 400 zeros),
   a fixed ceiling of 1.0 so the paper's whole path eps_ns(1..10) (eps_alpha = 1,
@@ -9,18 +10,30 @@
   raises the ceilings; workers extend the chains).
 
 Every value has its own owner (``demo-b-0001``..., ``demo-c-0001``..., with
-unusable passwords), except one value of each dataset, which belongs to
-``demo-owner`` so the owner portal has something to show.  ``demo-buyer`` gets
+unusable passwords), except one value of each experiment (binary, categorical
+and device-held), which belongs to ``demo-owner`` so the owner portal has
+something to show.  ``demo-buyer`` gets
 1000 of credit.  Idempotent: a dataset whose title exists and users whose
 usernames exist are left as they are, and the summary is read from the
 database, so a second run creates nothing and prints the same summary.
 
-Four small datasets show the one-shot mechanisms (docs/budget-rules.md#one-shot-losses-add-up),
-each with its own owners (``demo-u-``, ``demo-t-``, ``demo-g-``, ``demo-d-``) and a
+Five small datasets show the one-shot mechanisms (docs/budget-rules.md#one-shot-losses-add-up),
+each with its own owners (``demo-u-``, ``demo-t-``, ``demo-g-``, ``demo-d-``, ``demo-h-``) and a
 fixed ceiling of 5: a categorical attribute with a sensitive set under uRR and
 two PUM tags, a three-state attribute under RR3, a bipartite graph under LPP‡,
-and a distribution attribute for private samples.  Surveys run on the binary
+a distribution attribute for private samples and 1,000 products under OLH.  Surveys run on the binary
 experiment.  Their contents are fixed (a seeded generator, not privacy noise).
+
+"Device-held experiment" shows owner-held values (docs/custody.md): 200 values of one
+categorical attribute over four labels (owners ``demo-o-0001``..., and one of
+demo-owner's), fixed ceiling 1.0, contributed without their raw values
+(``values_create_many(custody="owner")``).  Each owner's "device" draws its chain
+with the owner SDK's own sampler (``ldpmarket_client.sampler.chain``, from the
+OS CSPRNG, as a device does) and uploads it through ``value_upload_chain`` (what
+``POST /api/v1/owner/values/{id}/chain/`` runs): most up to 1.0, some only to 0.5
+(demo-owner's among them), so purchases above 0.5 leave those out as
+``awaiting_owner``, and a few not at all.  Which label each owner has and how far
+each device uploads are fixed (a seeded generator); the chains are not.
 """
 from __future__ import annotations
 
@@ -36,13 +49,14 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.epsilon import from_micro
 from accounts.models import MoneyAccount, User
 from accounts.money import money_topup
 from accounts.services import Schedule
-from market import domain, sealing
+from market import chainstore, domain, sealing
 from market.models import Attribute, Dataset, Value
 from market.pricing import PricePolicy
-from market.services import values_create_many
+from market.services import value_upload_chain, values_create_many
 
 BUYER = "demo-buyer"
 BUYER_PASSWORD = "demo-buyer-password"
@@ -112,9 +126,9 @@ def demo_users() -> tuple[User, User]:
     return buyer, owner
 
 
-def _owners(experiment: Experiment, demo_owner: User, n: int) -> list[User]:
+def _owners(prefix: str, demo_owner: User, n: int) -> list[User]:
     """demo-owner first, then one owner per remaining value (created in bulk, missing ones only)."""
-    names = [f"{experiment.owner_prefix}{i:04d}" for i in range(1, n)]
+    names = [f"{prefix}{i:04d}" for i in range(1, n)]
     existing = {u.username: u for u in User.objects.filter(username__in=names)}
     missing = [User(username=name, role=User.Role.OWNER, password=make_password(None))
                for name in names if name not in existing]
@@ -140,7 +154,7 @@ def create_experiment(experiment: Experiment, demo_owner: User, now=None) -> boo
         remaining[experiment.demo_owner_label] -= 1
         for label in experiment.labels:
             raws += [label] * remaining[label]
-        owners = _owners(experiment, demo_owner, len(raws))
+        owners = _owners(experiment.owner_prefix, demo_owner, len(raws))
         if experiment.schedule:
             s_start, s_cap, duration = experiment.schedule
             at = now.replace(microsecond=0)
@@ -148,6 +162,87 @@ def create_experiment(experiment: Experiment, demo_owner: User, now=None) -> boo
         else:
             policy = {"ceiling": experiment.ceiling}
         values_create_many(attribute=attribute, owners=owners, raws=raws, now=now, **policy)
+    return True
+
+
+@dataclass(frozen=True)
+class HeldExperiment:
+    """A dataset of owner-held values (docs/custody.md) whose chains the owners' devices draw and upload."""
+
+    title: str
+    description: str
+    attribute: str
+    labels: list[str]
+    counts: dict[str, int]  # label -> number of values (on the owners' devices), in label order
+    uploads: dict[Decimal | None, int]  # upload level -> number of values (None: nothing uploaded yet)
+    owner_prefix: str
+    demo_owner_label: str
+    demo_owner_upload: Decimal  # demo-owner's upload level (one of ``uploads``' keys, counted there)
+    ceiling: Decimal
+    grid: tuple[Decimal, Decimal, Decimal] = (Decimal("0.1"), Decimal("0.1"), Decimal("2.0"))
+    attribute_description: str = ""
+    seed: int = 20261116  # which owner has which label and uploads how far; the chains come from the OS CSPRNG
+
+
+HELD = HeldExperiment(
+    title="Device-held experiment",
+    description=("200 owners say how they got to work today, and each keeps the answer on their own device: the "
+                 "device randomizes it and uploads only the randomized chain, up to an upload level it chooses. "
+                 "Most devices uploaded up to 1.0, some only up to 0.5 (purchases above 0.5 wait for them), "
+                 "a few nothing yet."),
+    attribute="commute", labels=["walk", "bike", "car", "transit"],
+    counts={"walk": 40, "bike": 50, "car": 70, "transit": 40},
+    uploads={Decimal("1.0"): 160, Decimal("0.5"): 31, None: 9},
+    owner_prefix="demo-o-", demo_owner_label="bike", demo_owner_upload=Decimal("0.5"), ceiling=Decimal("1.0"),
+    attribute_description="How did you get to work today? On foot, by bike, by car or by public transport.")
+
+
+def held_contents(held: HeldExperiment) -> tuple[list[str], list[Decimal | None]]:
+    """What the owners' devices hold and how far each uploads, in owner order (demo-owner's first, then
+    ``<prefix>0001``...): fixed by ``held.seed``, not privacy noise."""
+    rng = np.random.default_rng(held.seed)
+    labels, levels = Counter(held.counts), Counter(held.uploads)
+    labels[held.demo_owner_label] -= 1
+    levels[held.demo_owner_upload] -= 1
+    raws = [held.demo_owner_label] + [held.labels[i] for i in rng.permutation(
+        [k for k, label in enumerate(held.labels) for _ in range(labels[label])])]
+    others = [level for level in held.uploads for _ in range(levels[level])]
+    return raws, [held.demo_owner_upload] + [others[i] for i in rng.permutation(len(others))]
+
+
+def _device_chain(value: int, level: Decimal, attribute: Attribute, m: int) -> tuple[list[Decimal], list[int]]:
+    """What an owner's device uploads (``ldpmarket_client.owner.Owner.contribute``): the grid points from the grid
+    start up to ``level`` and the chain the SDK's sampler draws through them from the OS CSPRNG."""
+    from ldpmarket_client import owner as sdk, sampler
+
+    grid = sdk.Grid(sdk.to_micro(attribute.grid_start), sdk.to_micro(attribute.grid_step),
+                    sdk.to_micro(attribute.grid_stop))
+    epsilons = [Decimal(sdk.epsilon_text(p)) for p in grid.upload_points(None, sdk.to_micro(level))]
+    return epsilons, sampler.chain(value, epsilons, m)
+
+
+def create_held_experiment(held: HeldExperiment, demo_owner: User, now=None) -> bool:
+    """Create the dataset of owner-held values, its owners and values, and upload each device's chain, in one
+    transaction; False if it already exists."""
+    with transaction.atomic():
+        if Dataset.objects.filter(title=held.title).exists():
+            return False
+        dataset = Dataset.objects.create(title=held.title, description=held.description)
+        start, step, stop = held.grid
+        attribute = Attribute.objects.create(
+            dataset=dataset, name=held.attribute, kind=Attribute.Kind.CATEGORICAL, labels=held.labels,
+            grid_start=start, grid_step=step, grid_stop=stop, price_policy=PricePolicy.parse(None).as_json(),
+            description=held.attribute_description)
+        raws, uploads = held_contents(held)
+        owners = _owners(held.owner_prefix, demo_owner, len(raws))
+        values = values_create_many(attribute=attribute, owners=owners, raws=None, ceiling=held.ceiling, now=now,
+                                    custody=Value.Custody.OWNER)
+        m = len(held.labels)
+        for value, owner, raw, level in zip(values, owners, raws, uploads):
+            if level is None:
+                continue
+            epsilons, outputs = _device_chain(held.labels.index(raw), level, attribute, m)
+            value_upload_chain(value_id=value.id, owner=owner, epsilons=epsilons, outputs=outputs)
     return True
 
 
@@ -253,6 +348,7 @@ def describe_existing() -> int:
     """Give the demo attributes loaded before they had descriptions their description (idempotent)."""
     described = 0
     for title, name, text in ([(e.title, e.attribute, e.attribute_description) for e in EXPERIMENTS]
+                              + [(HELD.title, HELD.attribute, HELD.attribute_description)]
                               + [(d.title, d.name, d.attribute_description) for d in _oneshot_demos()]):
         described += Attribute.objects.filter(dataset__title=title, name=name, description="").update(description=text)
     return described
@@ -280,6 +376,35 @@ def _eps(d: Decimal) -> str:
     """An epsilon as written by people: 0.1, 1.0, 2.5 (at least one decimal, no trailing zeros)."""
     text = f"{d:.6f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
+
+
+def held_summary(held: HeldExperiment) -> list[str]:
+    """The summary lines of the owner-held dataset: its values, the labels on the devices (fixed by the seed; the
+    service never receives them) and the upload levels the devices reached, read from the chains."""
+    attribute = Attribute.objects.filter(dataset__title=held.title, name=held.attribute).first()
+    if attribute is None:
+        return [f"  {held.title}: missing"]
+    values = list(attribute.values.select_related("budget").order_by("id"))
+    owner_held = sum(v.custody == Value.Custody.OWNER for v in values)
+    chains = chainstore.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
+    levels = Counter(from_micro(head) if length else None
+                     for length, head in (chains.get((v.block_id, v.slot), (0, 0)) for v in values))
+    uploaded = ", ".join(f"{levels[level]} up to {_eps(level)}"
+                         for level in sorted((k for k in levels if k is not None), reverse=True))
+    if levels[None]:
+        uploaded += f"{', ' if uploaded else ''}{levels[None]} not yet"
+    on_devices = ", ".join(f"{k}: {v}" for k, v in held.counts.items())
+    start, step, stop = attribute.grid_start, attribute.grid_step, attribute.grid_stop
+    ceilings = sorted({v.budget.ceiling for v in values})
+    lines = [f"  {held.title} / {attribute.name} ({attribute.kind}): {len(values)} values, {owner_held} held by "
+             f"their owners (on the devices, never sent: {on_devices})",
+             f"    epsilon grid {_eps(start)} to {_eps(stop)} step {_eps(step)}; fixed ceiling "
+             f"{', '.join(_eps(c) for c in ceilings) or '-'}",
+             f"    uploaded by the devices: {uploaded or 'nothing'}"]
+    policy = PricePolicy.parse(attribute.price_policy)
+    lines.append(f"    price per value: {policy.price(Decimal('0.5'))} at epsilon 0.5, "
+                 f"{policy.price(Decimal('1'))} at 1.0 (owners get {policy.owner_share:.0%})")
+    return lines
 
 
 def summary(base_url: str = BASE_URL) -> list[str]:
@@ -310,6 +435,9 @@ def summary(base_url: str = BASE_URL) -> list[str]:
                                  f"{b.schedule_end_at:%Y-%m-%d %H:%M} UTC")
                 else:
                     lines.append(f"    fixed ceiling {_eps(b.ceiling)}")
+    lines += ["", "Owner-held values (docs/custody.md: each raw value stays on its owner's device, which uploads "
+              "only the randomized chain; purchases above a value's upload level leave it out as awaiting_owner):"]
+    lines += held_summary(HELD)
     lines += ["", "One-shot mechanisms (each release adds its exact epsilon to the value's loss; surveys with "
               "POST /api/v1/surveys/ on the binary experiment):"]
     for demo in _oneshot_demos():
@@ -322,13 +450,15 @@ def summary(base_url: str = BASE_URL) -> list[str]:
     buyer = User.objects.filter(username=BUYER).first()
     credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
               .values_list("balance", flat=True).first() if buyer else None)
-    owner_values = Value.objects.filter(owner__username=OWNER).count()
+    owner_titles = list(Value.objects.filter(owner__username=OWNER).order_by("id")
+                        .values_list("attribute__dataset__title", flat=True))
     credit_text = "no credit account" if credit is None else f"credit {credit:.2f} {settings.LDP_CURRENCY}"
     lines += [
         "",
         "Demo users:",
         f"  buyer  {BUYER} / {BUYER_PASSWORD}  (organisation {BUYER_ORGANISATION!r}, {credit_text})",
-        f"  owner  {OWNER} / {OWNER_PASSWORD}  (owns {owner_values} values, one in each dataset)",
+        f"  owner  {OWNER} / {OWNER_PASSWORD}  (owns {len(owner_titles)} value{'s' if len(owner_titles) != 1 else ''}"
+        f"{': one in each of ' + ', '.join(owner_titles) if owner_titles else ''})",
         "",
         "URLs:",
         f"  {base_url}/admin/    admin console (staff: create one with `manage.py createsuperuser`)",
@@ -337,6 +467,8 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         f"  {base_url}/api/v1/auth/token/   POST username and password for an API token (send it as "
         f"'Authorization: Token <token>'; it expires after {settings.LDP_TOKEN_TTL_HOURS} hours, "
         f"POST /api/v1/auth/logout/ revokes it)",
+        f"  {base_url}/api/v1/owner/values/   owner API: your values with both guarantees, owner-held "
+        f"contributions and chain uploads (docs/custody.md; the owner SDK: ldpmarket-client owner ...)",
         f"  {base_url}/portal/   owner portal",
     ]
     return lines
@@ -344,7 +476,8 @@ def summary(base_url: str = BASE_URL) -> list[str]:
 
 class Command(BaseCommand):
     help = ("Load the paper's two experiments (binary 600/400, categorical 100..500) with their owners, "
-            "demo-owner and demo-buyer, and small demos of the one-shot mechanisms. Idempotent.")
+            "demo-owner and demo-buyer, a dataset of owner-held values whose chains the owners' devices drew, "
+            "and small demos of the one-shot mechanisms. Idempotent.")
 
     def add_arguments(self, parser):
         parser.add_argument("--base-url", default=BASE_URL,
@@ -361,4 +494,8 @@ class Command(BaseCommand):
             created = create_oneshot_demo(demo)
             if options["verbosity"] > 1:
                 self.stderr.write(f"{demo.title}: {'created' if created else 'already present'}")
+        # last, so the datasets loaded before it keep their ids (the README's examples use them)
+        created = create_held_experiment(HELD, owner)
+        if options["verbosity"] > 1:
+            self.stderr.write(f"{HELD.title}: {'created' if created else 'already present'}")
         self.stdout.write("\n".join(summary(options["base_url"].rstrip("/"))))
