@@ -51,7 +51,7 @@ calls (``candidates``, ``chainstore.neighbours``, ``chainsets.at``, ...) with
 ``perf_counter`` probes (outermost calls only; the gaps between them are named
 after the inline code there), the deferred row checks the purchase runs before crediting the platform
 (``storage.check_deferred_constraints``) among them; plus one
-extra untimed run under ``cProfile`` (at ``E3_PROFILE_N``, default 10^5)
+extra untimed run under ``cProfile`` (at ``E3_PROFILE_N``, default 10^5; 0: none)
 listing the functions with the most own time.
 
 Set-up (untimed) reuses ``benchmarks.e2_extension``: values, budgets, chain
@@ -711,7 +711,7 @@ def main() -> dict:
             results.append(measure(n, rounds))
             if n == PROFILE_N:
                 profile = _profile(results[-1]["attribute_id"], n)
-        if profile is None and results:  # the profile size was not among those run: profile the smallest
+        if profile is None and results and PROFILE_N > 0:  # the profile size was not run: profile the smallest
             profile = _profile(_setup(results[0]["n"]), results[0]["n"])
     finally:
         try:

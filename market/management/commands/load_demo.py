@@ -213,7 +213,7 @@ def held_contents(held: HeldExperiment) -> tuple[list[str], list[Decimal | None]
 def _device_chain(value: int, level: Decimal, attribute: Attribute, m: int) -> tuple[list[Decimal], list[int]]:
     """What an owner's device uploads (``ldpmarket_client.owner.Owner.contribute``): the grid points from the grid
     start up to ``level`` and the chain the SDK's sampler draws through them from the OS CSPRNG."""
-    from ldpmarket_client import owner as sdk, sampler
+    from ldpmarket_client import owner as sdk, sampler  # the client package: imported only by this demo step
 
     grid = sdk.Grid(sdk.to_micro(attribute.grid_start), sdk.to_micro(attribute.grid_step),
                     sdk.to_micro(attribute.grid_stop))

@@ -31,7 +31,7 @@ def test_quote_counts_prices_and_expires(api, categorical):
     q = r.json()
     assert q["attribute"] == categorical.id and q["epsilon"] == "1.500000" and q["cohort"] is None
     assert q["candidates"] == q["included"] == 60
-    assert q["excluded"] == {"ceiling": 0, "budget": 0, "paused": 0, "withdrawn": 0, "no_raw": 0}
+    assert q["excluded"] == {"ceiling": 0, "budget": 0, "paused": 0, "withdrawn": 0, "no_raw": 0, "awaiting_owner": 0}
     per_value = PricePolicy.parse(POLICY).price(Decimal("1.5"))
     assert Decimal(q["price_per_value"]) == per_value
     assert Decimal(q["price"]) == Decimal(q["list_price"]) == per_value * 60
@@ -50,11 +50,11 @@ def test_quote_counts_every_kind_of_exclusion(api, categorical):
     for v in values[12:14]:
         services.value_delete_raw(value_id=v.id)  # chains stop at 2: sellable up to 2, not above
     q = quote(api, categorical.id, "1.5").json()
-    assert q["excluded"] == {"ceiling": 5, "budget": 0, "paused": 4, "withdrawn": 3, "no_raw": 0}
+    assert q["excluded"] == {"ceiling": 5, "budget": 0, "paused": 4, "withdrawn": 3, "no_raw": 0, "awaiting_owner": 0}
     assert q["included"] == 60 - 12
     BudgetAccount.objects.filter(value__in=values[12:]).update(ceiling=Decimal("3"))
     q = quote(api, categorical.id, "2.5").json()  # above the raw-deleted values' chain heads (2.0)
-    assert q["excluded"] == {"ceiling": 5, "budget": 0, "paused": 4, "withdrawn": 3, "no_raw": 2}
+    assert q["excluded"] == {"ceiling": 5, "budget": 0, "paused": 4, "withdrawn": 3, "no_raw": 2, "awaiting_owner": 0}
     assert q["included"] == 60 - 14
     r = buy(api, categorical.id, "2.5").json()  # the purchase agrees with its quote
     assert (r["included"], r["excluded"]) == (q["included"], q["excluded"])
@@ -262,7 +262,7 @@ def test_a_spent_budget_is_a_remaining_budget_exclusion_not_a_ceiling_below_the_
     BudgetAccount.objects.filter(value__in=values[:5]).update(ceiling=Decimal("0.5"))  # below 1.5
     BudgetAccount.objects.filter(value__in=values[5:12]).update(ceiling=Decimal("2"), oneshot_loss=Decimal("1"))
     q = quote(api, categorical.id, "1.5").json()  # 1.5 + 1 > 2, though 2 >= 1.5
-    assert q["excluded"] == {"ceiling": 5, "budget": 7, "paused": 0, "withdrawn": 0, "no_raw": 0}
+    assert q["excluded"] == {"ceiling": 5, "budget": 7, "paused": 0, "withdrawn": 0, "no_raw": 0, "awaiting_owner": 0}
     assert q["included"] == 60 - 12
     r = buy(api, categorical.id, "1.5").json()
     assert r["excluded"] == q["excluded"]
