@@ -40,13 +40,13 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone as djtz
 
-from ldpmarket import pgbinary, storage
+from ldpmarket import merkle, pgbinary, storage
 
 from .epsilon import to_micro
-from .models import LedgerBlock, LedgerEntry, LedgerEvent, LedgerHead, LedgerRelease
+from .models import LedgerBlock, LedgerCheckpointLeaf, LedgerEntry, LedgerEvent, LedgerHead, LedgerRelease
 
 GENESIS = "0" * 64
 KINDS = LedgerEntry.Kind.values
@@ -306,6 +306,106 @@ def head_leaf(shard: int, blocks: int, head_hash: str) -> bytes:
     """A checkpoint leaf's data (docs/budget-rules.md#checkpoints): ``HEAD_LEAF_MARKER || shard || blocks`` (two
     little-endian int64) ``|| head hash`` (its 32 bytes)."""
     return HEAD_LEAF_MARKER + np.array([shard, blocks], dtype="<i8").tobytes() + bytes.fromhex(head_hash)
+
+
+# ------------------------------------------------------------------------------------------- receipts
+
+#: Entry data of a receipt, the leaf of its block's entry tree (docs/receipts.md#entry-data-159-bytes).
+ENTRY_LEAF_MARKER = b"ldpmarket-ledger-entry-leaf-v1\x00"
+#: A block's leaf in the checkpoint log (docs/receipts.md#block-leaf-data-135-bytes).
+BLOCK_LEAF_MARKER = b"ldpmarket-ledger-block-leaf-v1\x00"
+#: Entries per stored chunk root of a block's entry tree: a power of two, so each chunk is a subtree of the
+#: RFC 6962 tree over the whole block and the tree over the chunk roots has the same root.
+TREE_CHUNK = 2048
+
+
+def entry_leaf_data(record) -> bytes:
+    """One entry's data in its block's entry tree: ``ENTRY_LEAF_MARKER || the 16 int64 of its ENTRY record``
+    (always with the guarantee field, whatever format the block's hash used)."""
+    return ENTRY_LEAF_MARKER + np.asarray(record, dtype=ENTRY).tobytes()
+
+
+def entry_leaf_hashes(records: np.ndarray) -> list[bytes]:
+    """``SHA-256(0x00 || entry data)`` of each record, in order: one hash call per entry over the records' bytes,
+    laid out once by numpy."""
+    raw = np.ascontiguousarray(records, dtype=ENTRY).tobytes()
+    width = ENTRY.itemsize
+    prefix = hashlib.sha256(merkle.LEAF_PREFIX + ENTRY_LEAF_MARKER)
+    out = []
+    for i in range(0, len(raw), width):
+        h = prefix.copy()
+        h.update(raw[i:i + width])
+        out.append(h.digest())
+    return out
+
+
+def entry_tree(records: np.ndarray) -> tuple[bytes, list[bytes]]:
+    """A block's entries root and the roots of its chunks of ``TREE_CHUNK`` entries (the last one partial):
+    ``MTH(entries) = MTH(chunk roots)`` because each aligned chunk is a subtree of the RFC 6962 tree."""
+    leaves = entry_leaf_hashes(records)
+    chunks = [merkle.root(leaves[i:i + TREE_CHUNK]) for i in range(0, len(leaves), TREE_CHUNK)]
+    return merkle.root(chunks), chunks
+
+
+def block_leaf(shard: int, height: int, block_id: int, entry_count: int, created_at_us: int, block_hash_hex: str,
+               entries_root_hex: str) -> bytes:
+    """A block's leaf data in the checkpoint log (docs/receipts.md#block-leaf-data-135-bytes)."""
+    return (BLOCK_LEAF_MARKER + np.array([shard, height, block_id, entry_count, created_at_us], dtype="<i8").tobytes()
+            + bytes.fromhex(block_hash_hex) + bytes.fromhex(entries_root_hex))
+
+
+def records_at(block_id: int, start: int, stop: int) -> np.ndarray:
+    """The canonical records of the entries of block ``block_id`` at positions ``start .. stop - 1``, read from the
+    stored rows (compact releases overlapping the range, or budget events): a receipt's chunk, or a whole block
+    for its entry tree.  Equal to ``stored_records(block)[start:stop]``."""
+    rec = Rows.empty(stop - start).records
+    seen = np.zeros(stop - start, dtype=bool)
+    runs = (LedgerRelease.objects.filter(block_id=block_id, position__lt=stop)
+            .annotate(end=models.F("position") + models.F("count")).filter(end__gt=start).order_by("position")
+            .values_list("position", "count", "kind", "guarantee", "epsilon", "purchase_id", "value_ids",
+                         "chain_before", "chain_after", "oneshot_before", "oneshot_after", "ceiling"))
+    for position, count, kind, guarantee, eps, purchase, *arrays in runs:
+        lo, hi = max(start, position), min(stop, position + count)
+        at, part = slice(lo - start, hi - start), slice(lo - position, hi - position)
+        rec["kind"][at], rec["guarantee"][at] = KINDS.index(kind), GUARANTEES.index(guarantee)
+        rec["epsilon"][at], rec["reference"][at] = to_micro(eps), purchase
+        for name, array in zip(("value", "chain_before", "chain_after", "oneshot_before", "oneshot_after",
+                                "ceiling"), arrays):
+            rec[name][at] = array[part]
+        seen[at] = True
+    m = lambda d: -1 if d is None else to_micro(d)  # noqa: E731
+    events = (LedgerEvent.objects.filter(block_id=block_id, position__gte=start, position__lt=stop)
+              .order_by("position").values_list(
+                  "position", "value_id", "kind", "epsilon", "purchase_id", "chain_loss_before", "chain_loss_after",
+                  "oneshot_loss_before", "oneshot_loss_after", "ceiling", "schedule_start", "schedule_cap",
+                  "schedule_start_at", "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee"))
+    for p, v, kind, eps, purchase, cb, ca, ob, oa, ceiling, s0, s1, t0, t1, shape, steps, guarantee in events:
+        rec[p - start] = (v, KINDS.index(kind), m(eps), -1 if purchase is None else purchase, to_micro(cb),
+                          to_micro(ca), to_micro(ob), to_micro(oa), to_micro(ceiling), m(s0), m(s1), micros(t0),
+                          micros(t1), SHAPES.index(shape), -1 if steps is None else steps,
+                          GUARANTEES.index(guarantee))
+        seen[p - start] = True
+    if not seen.all():
+        raise LookupError(f"block {block_id} holds no entry at position {start + int(np.flatnonzero(~seen)[0])}")
+    return rec
+
+
+def leaf_data(leaf) -> bytes:
+    """A stored leaf's data: a block leaf, or a shard-head leaf written before receipts existed."""
+    if leaf.block_id is None:
+        return head_leaf(leaf.shard, leaf.blocks, leaf.head_hash)
+    return block_leaf(leaf.shard, leaf.blocks, leaf.block_id, leaf.entry_count, micros(leaf.block_created_at),
+                      leaf.head_hash, leaf.entries_root)
+
+
+def log_leaf_hashes(size: int | None = None) -> list[bytes]:
+    """``SHA-256(0x00 || data)`` of the checkpoint log's first ``size`` leaves (all when ``None``), in index
+    order."""
+    leaves = LedgerCheckpointLeaf.objects.order_by("index").only(
+        "index", "shard", "blocks", "head_hash", "block_id", "entry_count", "block_created_at", "entries_root")
+    if size is not None:
+        leaves = leaves.filter(index__lt=size)
+    return [merkle.leaf_hash(leaf_data(leaf)) for leaf in leaves.iterator(chunk_size=10_000)]
 
 
 # ------------------------------------------------------------------------------------------- earnings

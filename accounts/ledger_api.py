@@ -20,7 +20,7 @@ from ldpmarket.api import AnonThrottle, CursorPagination
 from ldpmarket.openapi import problems
 
 from . import ledger
-from .models import LedgerCheckpoint, LedgerCheckpointLeaf
+from .models import LedgerCheckpoint
 
 
 class PublicKeySerializer(serializers.Serializer):
@@ -120,8 +120,7 @@ class LedgerConsistencyView(APIView):
         for name, size in (("first", first), ("second", second)):
             if size not in roots:
                 raise exceptions.NotFound(f"No checkpoint has tree size {size} ({name}).")
-        leaves = [merkle.leaf_hash(ledger.head_leaf(*row)) for row in LedgerCheckpointLeaf.objects.filter(
-            index__lt=second).order_by("index").values_list("shard", "blocks", "head_hash")]
+        leaves = ledger.log_leaf_hashes(second)
         proof = merkle.consistency_proof(first, leaves) if first < second else []
         return Response({"first": first, "second": second, "first_root": roots[first], "second_root": roots[second],
                          "proof": [p.hex() for p in proof]})

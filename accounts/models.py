@@ -169,16 +169,42 @@ class LedgerCheckpoint(models.Model):
 
 
 class LedgerCheckpointLeaf(models.Model):
-    """One leaf of the checkpoint log: a shard's head as a checkpoint saw it (``index`` is its position)."""
+    """One leaf of the checkpoint log (``index`` is its position): a block, or, for leaves written before receipts
+    existed, a shard's head as a checkpoint saw it (docs/receipts.md#where-the-entries-sit-two-trees).
+
+    Either way ``shard``, ``blocks`` (the height: how many blocks the shard's chain holds up to it) and
+    ``head_hash`` (that block's hash) say which block of which chain the leaf vouches for.  A block leaf
+    (``block_id`` set) also holds the block's id, entry count and time and its **entries root**, the RFC 6962
+    root over its entries (``accounts.ledger.entry_tree``), with the roots of its chunks of ``TREE_CHUNK``
+    entries (32 bytes each) so that a receipt's proof needs only one chunk's entries."""
 
     index = models.PositiveIntegerField(primary_key=True)
     checkpoint = models.ForeignKey(LedgerCheckpoint, on_delete=models.PROTECT, related_name="leaves")
     shard = models.PositiveIntegerField()
     blocks = models.PositiveIntegerField()
     head_hash = models.CharField(max_length=64)
+    # Not a foreign key: the log vouches for the chain and must outlive a block deleted by tampering, which the
+    # audit then reports.
+    block_id = models.BigIntegerField(null=True, blank=True)
+    entry_count = models.PositiveIntegerField(null=True, blank=True)
+    block_created_at = models.DateTimeField(null=True, blank=True)
+    entries_root = models.CharField(max_length=64, blank=True, default="")
+    chunk_roots = models.BinaryField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["block_id"], name="ledger_checkpoint_leaf_block_unique"),
+            models.CheckConstraint(
+                condition=Q(block_id__isnull=True, entry_count__isnull=True, block_created_at__isnull=True,
+                            entries_root="", chunk_roots__isnull=True)
+                | Q(block_id__isnull=False, entry_count__gte=1, block_created_at__isnull=False,
+                    chunk_roots__isnull=False) & ~Q(entries_root=""),
+                name="ledger_checkpoint_leaf_kind"),
+        ]
 
     def __str__(self) -> str:
-        return f"Checkpoint leaf {self.index}: shard {self.shard} at {self.blocks} blocks"
+        what = f"block #{self.block_id}" if self.block_id is not None else "head"
+        return f"Checkpoint leaf {self.index}: shard {self.shard} at {self.blocks} blocks ({what})"
 
 
 class LedgerKind(models.TextChoices):

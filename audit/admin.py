@@ -180,7 +180,7 @@ class LedgerBlockAdmin(ReadOnlyAdmin):
 
 class CheckpointLeafInline(admin.TabularInline):
     model = LedgerCheckpointLeaf
-    fields = ("index", "shard", "blocks", "head_hash")
+    fields = ("index", "shard", "blocks", "head_hash", "block_id", "entry_count", "entries_root")
     readonly_fields = fields
     extra = 0
     can_delete = False

@@ -12,9 +12,11 @@ from __future__ import annotations
 from django.db.models import F
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import generics, permissions, serializers
+from rest_framework import exceptions, generics, permissions, serializers
+from rest_framework.views import APIView
 
 from accounts.models import LedgerEntry
+from accounts.receipts_api import ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
 from ldpmarket.openapi import problems
@@ -75,3 +77,25 @@ class LedgerEntryList(generics.ListAPIView):
     queryset = LedgerEntry.objects.annotate(
         block_hash=F("block__hash"), attribute_id=F("value__attribute_id"), owner_id=F("value__owner_id"),
         buyer_id=F("purchase__buyer_id"), purchase_mechanism=F("purchase__mechanism")).order_by("id")
+
+
+class AuditReceiptsQuery(ReceiptsQuery):
+    value = serializers.IntegerField(min_value=1, help_text="The value whose receipts to fetch.")
+
+
+@extend_schema(summary="Receipts of a value", parameters=[AuditReceiptsQuery],
+               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429)})
+class ReceiptsView(APIView):
+    """Any value's receipts, for auditors and staff (docs/receipts.md): the same file its owner gets, so an auditor
+    can check that what the owner was shown is in the log everybody sees."""
+
+    permission_classes = [permissions.IsAuthenticated, CanAudit]
+
+    def get(self, request):
+        query = AuditReceiptsQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        value = query.validated_data["value"]
+        if not LedgerEntry.objects.of_values([value]).exists():
+            raise exceptions.NotFound("No ledger entry concerns this value.")
+        return receipts_response(request, [value], tree_size=query.validated_data.get("tree_size"), more=False)
+

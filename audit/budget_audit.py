@@ -98,7 +98,7 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         chain_heads = check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
-    check_checkpoints(rec, blocks, hashes, checkpoints, leaves)
+    check_checkpoints(rec, blocks, hashes, checkpoints, leaves, e)
     final = check_replay(rec, e)
     check_custody(rec, values, final, chain_heads)
     check_budget_rows(rec, e, final, budgets, values, now_us)

@@ -81,14 +81,21 @@ def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, heads, ancho
                   lambda _: anchor_not_found(wanted, hashes))
 
 
-def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves) -> None:
+def _leaf_data(leaf) -> bytes:
+    _, _, shard, height, head, block_id, count, created_us, entries_root, _ = leaf
+    if block_id is None:
+        return ledger.head_leaf(shard, height, head)
+    return ledger.block_leaf(shard, height, block_id, count, created_us, head, entries_root)
+
+
+def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None) -> None:
     """The checkpoint log and every checkpoint against the chains (module docstring)."""
     S = "Checkpoints"
     indexes = np.array([leaf[0] for leaf in leaves], dtype=np.int64)
     gaps = indexes != np.arange(indexes.size)
     rec.check(S, "the checkpoint log's leaves are numbered 0, 1, 2, ... without a gap", gaps, indexes.size,
               lambda i: f"leaf {indexes[i]} sits at position {i}")
-    leaf_hashes = [merkle.leaf_hash(ledger.head_leaf(shard, n, head)) for _, _, shard, n, head in leaves]
+    leaf_hashes = [merkle.leaf_hash(_leaf_data(leaf)) for leaf in leaves]
     key = ledger_key.public_key()
     key_id = ledger_key.key_id(key)
     bad_root, bad_sig, bad_order = [], [], []
@@ -118,10 +125,41 @@ def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves) -> Non
     rec.fail(S, "every head a checkpoint saw is still in its shard's chain (no tail lost or rewritten)", len(leaves),
              [_lost_text(leaf, by_shard) for leaf in leaves
               if not (0 < leaf[3] <= len(by_shard.get(leaf[2], [])) and by_shard[leaf[2]][leaf[3] - 1] == leaf[4])])
+    if e is not None:
+        _check_block_leaves(rec, blocks, hashes, leaves, e)
+
+
+def _check_block_leaves(rec: Recorder, blocks, hashes, leaves, e) -> None:
+    """Each block leaf (docs/receipts.md) against its block as stored: the block it names (id, shard, hash, entry
+    count, time), and its entries root and chunk roots recomputed from the block's entries, so a receipt handed
+    out for an entry still proves what the ledger holds."""
+    S = "Checkpoints"
+    block_leaves = [leaf for leaf in leaves if leaf[5] is not None]
+    ids = blocks["id"]
+    pos, found = lookup(ids, np.array([leaf[5] for leaf in block_leaves], dtype=np.int64))
+    starts = np.searchsorted(e["block"], ids, side="left")
+    ends = np.searchsorted(e["block"], ids, side="right")
+    named, rooted = [], []
+    for j, leaf in enumerate(block_leaves):
+        index, _, shard, height, head, block_id, count, created_us, entries_root, chunk_roots = leaf
+        k = int(pos[j])
+        if not found[j] or (int(blocks["shard"][k]), hashes[k], int(blocks["count"][k]),
+                            int(blocks["created_at"][k])) != (shard, head, count, created_us):
+            named.append(f"leaf {index} names block {block_id} of shard {shard} ({count} entries, hash {head[:16]}...), "
+                         + ("which no longer exists" if not found[j] else "which the chain now holds otherwise"))
+            continue
+        root, chunks = ledger.entry_tree(entry_records(e, slice(int(starts[k]), int(ends[k]))))
+        if root.hex() != entries_root or b"".join(chunks) != (chunk_roots or b""):
+            rooted.append(f"leaf {index}: the entries of block {block_id} no longer give the entries root "
+                          f"{entries_root[:16]}... it vouched for")
+    rec.fail(S, "every block a checkpoint leaf names is still in the chain as it was (id, shard, hash, entries, time)",
+             len(block_leaves), named)
+    rec.fail(S, "every block leaf's entries root recomputes from the block's stored entries (receipts)",
+             len(block_leaves), rooted)
 
 
 def _lost_text(leaf, by_shard) -> str:
-    _, cid, shard, height, head = leaf
+    _, cid, shard, height, head = leaf[:5]
     chain = by_shard.get(shard, [])
     if height > len(chain):
         return (f"shard {shard}: checkpoint {cid} saw {height} blocks ending in {head[:16]}..., the chain now holds "

@@ -72,11 +72,15 @@ def read_heads() -> dict[int, tuple[int | None, int]]:
 
 def read_checkpoints() -> tuple[list[tuple], list[tuple]]:
     """The checkpoints in tree-size order ``(id, created_at, tree_size, root_hash, key_id, signature)`` and the
-    checkpoint log's leaves in index order ``(index, checkpoint id, shard, blocks, head_hash)``."""
+    checkpoint log's leaves in index order ``(index, checkpoint id, shard, blocks, head_hash, block_id,
+    entry_count, block created_at in microseconds, entries_root, chunk_roots)`` (the last five ``None``, ``None``,
+    -1, ``""``, ``None`` for a shard-head leaf)."""
     checkpoints = list(LedgerCheckpoint.objects.order_by("tree_size", "id").values_list(
         "id", "created_at", "tree_size", "root_hash", "key_id", "signature"))
-    leaves = list(LedgerCheckpointLeaf.objects.order_by("index").values_list(
-        "index", "checkpoint_id", "shard", "blocks", "head_hash"))
+    leaves = [(*row[:7], ledger.micros(row[7]), row[8], None if row[9] is None else bytes(row[9]))
+              for row in LedgerCheckpointLeaf.objects.order_by("index").values_list(
+                  "index", "checkpoint_id", "shard", "blocks", "head_hash", "block_id", "entry_count",
+                  "block_created_at", "entries_root", "chunk_roots")]
     return checkpoints, leaves
 
 

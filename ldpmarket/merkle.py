@@ -127,3 +127,42 @@ def verify_consistency(m: int, n: int, first_root: bytes, second_root: bytes, pr
         fn >>= 1
         sn >>= 1
     return sn == 0 and fr == first_root and sr == second_root
+
+
+class Tree:
+    """Every level of the RFC 6962 tree over ``leaf_hashes``, built once (``n - 1`` node hashes), so each
+    inclusion proof after that is ``O(log n)`` look-ups (receipts prove many leaves of one tree:
+    docs/receipts.md).
+
+    Level 0 is the leaves; each level pairs its nodes left to right and promotes an odd last node unchanged,
+    which is the tree the recursive split builds (``root``): a leaf's audit path is its sibling on every level
+    where it has one."""
+
+    def __init__(self, leaf_hashes: Sequence[bytes]):
+        self.levels: list[list[bytes]] = [list(leaf_hashes)]
+        while len(self.levels[-1]) > 1:
+            level = self.levels[-1]
+            nxt = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            if len(level) % 2:
+                nxt.append(level[-1])
+            self.levels.append(nxt)
+
+    @property
+    def size(self) -> int:
+        return len(self.levels[0])
+
+    @property
+    def root(self) -> bytes:
+        return self.levels[-1][0] if self.levels[0] else EMPTY_ROOT
+
+    def inclusion_proof(self, index: int) -> list[bytes]:
+        """The audit path of leaf ``index``: the same list as ``inclusion_proof(index, leaves)``."""
+        if not 0 <= index < self.size:
+            raise ValueError(f"leaf index {index} is outside a tree of {self.size} leaves")
+        path = []
+        for level in self.levels[:-1]:
+            sibling = index ^ 1
+            if sibling < len(level):
+                path.append(level[sibling])
+            index >>= 1
+        return path

@@ -231,8 +231,11 @@ CELERY_BEAT_SCHEDULE["sweep-stranded"] = {
     "options": {"expires": LDP_SWEEP_INTERVAL_SECONDS},  # a sweep that waited longer than that is dropped
 }
 # Signed checkpoints of the ledger (accounts.checkpoints, docs/budget-rules.md#checkpoints): beat makes one every
-# LDP_CHECKPOINT_INTERVAL_SECONDS (none when no shard head moved); `manage.py ledger_checkpoint` makes one now.
+# LDP_CHECKPOINT_INTERVAL_SECONDS (none when no block was written); `manage.py ledger_checkpoint` makes one now.
 LDP_CHECKPOINT_INTERVAL_SECONDS = env.float("LDP_CHECKPOINT_INTERVAL_SECONDS", default=600.0)
+# At most this many ledger entries' blocks get their entry trees (docs/receipts.md) in one checkpoint (always at
+# least one block); the checkpoint task enqueues the next one while blocks remain.
+LDP_CHECKPOINT_MAX_ENTRIES = env.int("LDP_CHECKPOINT_MAX_ENTRIES", default=2_000_000)
 CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
     "task": "market.tasks.make_ledger_checkpoint",
     "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,

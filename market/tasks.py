@@ -18,7 +18,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
-from accounts.checkpoints import checkpoint_make
+from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 from accounts.money import earnings_settle, settle_all
 from accounts.services import schedules_advance
 from ldpmarket.problems import ChainConflict, PurchaseConflict, PurchaseError
@@ -47,9 +47,12 @@ def advance_schedules() -> int:
 
 @shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
 def make_ledger_checkpoint() -> int:
-    """Sign a checkpoint of the ledger's shard heads (``accounts.checkpoints``; idempotent: none when no head
-    moved); the tree size it covers."""
+    """Sign a checkpoint of the ledger's new blocks (``accounts.checkpoints``; idempotent: none when no block was
+    written); the tree size it covers.  While blocks remain (one checkpoint takes at most
+    ``LDP_CHECKPOINT_MAX_ENTRIES`` entries), the next checkpoint is enqueued."""
     checkpoint = checkpoint_make()
+    if checkpoint is not None and checkpoint.appended and blocks_awaiting_checkpoint():
+        make_ledger_checkpoint.delay()
     return checkpoint.tree_size if checkpoint else 0
 
 

@@ -407,6 +407,8 @@ class Release:
     #: What the release added to the value's loss: its ε for a one-shot release; for a chain release only the part
     #: above the chain's loss before it (0 for a re-sale at or below it: "no charge").
     charged: Decimal | None = None
+    #: The ledger entry's id: the value page's browser check marks the release verified by it (docs/receipts.md).
+    entry_id: int | None = None
 
     @property
     def no_charge(self) -> bool:
@@ -465,7 +467,7 @@ def _release_rows(owner: User, value_id: int | None = None):
     return qs.order_by("-created_at", "-id").values_list(
         "created_at", "value_id", "value__attribute__dataset__title", "value__attribute__name",
         "purchase__buyer__organisation", "epsilon", "chain_loss_after", "oneshot_loss_after", "purchase_id", "kind",
-        "guarantee", "purchase__mechanism", "purchase__parameters", "chain_loss_before", "oneshot_loss_before")
+        "guarantee", "purchase__mechanism", "purchase__parameters", "chain_loss_before", "oneshot_loss_before", "id")
 
 
 def _with_earnings(owner: User, rows) -> list[Release]:
@@ -476,9 +478,9 @@ def _with_earnings(owner: User, rows) -> list[Release]:
                     epsilon=eps, loss_after=chain + oneshot, earned=earned.get(p, ZERO_MONEY), purchase_id=p,
                     one_shot=kind == LedgerEntry.Kind.ONESHOT_RELEASE, guarantee=guarantee or "",
                     mechanism=mech or Purchase.Mechanism.GRADUAL_RR, parameters=params or {},
-                    charged=(chain + oneshot) - (chain_before + oneshot_before))
+                    charged=(chain + oneshot) - (chain_before + oneshot_before), entry_id=entry_id)
             for at, v, ds, attr, org, eps, chain, oneshot, p, kind, guarantee, mech, params, chain_before,
-            oneshot_before in rows]
+            oneshot_before, entry_id in rows]
 
 
 def releases(owner: User, *, value_id: int | None = None, limit: int | None = None) -> list[Release]:

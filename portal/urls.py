@@ -14,6 +14,7 @@ urlpatterns = [
     path("contribute/<int:attribute_id>/", views.contribute, name="contribute-attribute"),
     path("values/<int:value_id>/", views.value_detail, name="value"),
     path("values/<int:value_id>/ceiling/", views.ceiling, name="ceiling"),
+    path("values/<int:value_id>/receipts/", views.value_receipts, name="value-receipts"),
     path("values/<int:value_id>/schedule/", views.schedule, name="schedule"),
     path("values/<int:value_id>/pause/", views.pause, name="pause"),
     path("values/<int:value_id>/resume/", views.resume, name="resume"),

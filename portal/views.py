@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from accounts import money, money_selectors, roles
+from accounts import money, money_selectors, receipts, roles
 from accounts.epsilon import EpsilonError
 from accounts.models import MoneyAccount
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
@@ -406,6 +406,25 @@ def pum_tag(request, value_id: int):
                                           "like any other.")
             return redirect("portal:value", value_id=row.value.id)
     return render(request, "portal/pum_tag_form.html", {"form": form, "row": row, "value": row.value})
+
+
+@owner_required
+@owned_value
+@require_http_methods(["GET"])
+def value_receipts(request, value_id: int):
+    """The value's receipts file (docs/receipts.md#the-receipts-file) against the latest checkpoint, or the one of
+    ``?tree_size=``: downloaded from the value page, and checked there by the owner's browser."""
+    tree_size = request.GET.get("tree_size", "")
+    if tree_size and not (tree_size.isdigit() and int(tree_size) > 0):
+        return HttpResponse("tree_size must be a positive integer.", status=400, content_type="text/plain")
+    try:
+        bundle = receipts.receipts_bundle(value_ids=[value_id], tree_size=int(tree_size) if tree_size else None)
+    except receipts.NoSuchCheckpoint as exc:
+        raise Http404(str(exc)) from exc
+    bundle["next"] = None
+    response = HttpResponse(json.dumps(bundle, indent=1), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="ldpmarket-receipts-value-{value_id}.json"'
+    return response
 
 
 # --------------------------------------------------------------------------------------------------- export

@@ -11,13 +11,15 @@ from decimal import Decimal
 
 import numpy as np
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from accounts import roles
 from accounts.epsilon import from_micro, parse, to_micro
 from accounts.models import User
+from accounts.receipts_api import VALUES_PER_PAGE, ReceiptsQuery, ReceiptsSerializer, receipts_response
 from ldpmarket.api import AnonThrottle, UserThrottle
 from ldpmarket.openapi import problems
 from ldpmarket.problems import BudgetError, CustodyRefused, EpsilonError, InvalidValue
@@ -199,3 +201,29 @@ class OwnerValueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         value_upload_chain(value_id=row.value.id, owner=request.user, epsilons=form.validated_data["epsilons"],
                            outputs=form.outputs_for(row.value.attribute))
         return Response(payload(owner_value_row(request.user, row.value.id)))
+
+
+@extend_schema(summary="Your receipts", parameters=[ReceiptsQuery],
+               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429)})
+class OwnerReceiptsView(APIView):
+    """Receipts of the ledger entries about your values (docs/receipts.md): each entry with its proofs against a
+    signed checkpoint, to check with `ldpmarket-client verify`. ``?value=`` for one value, ``?tree_size=`` for the
+    checkpoint you hold; pages of up to 100 values (``next``)."""
+
+    permission_classes = [IsOwner]
+    throttle_classes = [AnonThrottle, UserThrottle]
+
+    def get(self, request):
+        query = ReceiptsQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        values = Value.objects.filter(owner=request.user).order_by("id")
+        if "value" in query.validated_data:
+            values = values.filter(id=query.validated_data["value"])
+            if not values.exists():
+                raise exceptions.NotFound("You have no value with this id.")
+        if "after" in query.validated_data:
+            values = values.filter(id__gt=query.validated_data["after"])
+        ids = list(values.values_list("id", flat=True)[:VALUES_PER_PAGE + 1])
+        return receipts_response(request, ids[:VALUES_PER_PAGE], tree_size=query.validated_data.get("tree_size"),
+                                 more=len(ids) > VALUES_PER_PAGE)
+

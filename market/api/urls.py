@@ -6,7 +6,7 @@ from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
 from accounts.ledger_api import LedgerCheckpointList, LedgerConsistencyView, LedgerPublicKeyView
 from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
-from .owner import OwnerValueViewSet
+from .owner import OwnerReceiptsView, OwnerValueViewSet
 from .root import ApiRootView
 from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
@@ -32,5 +32,6 @@ urlpatterns = [
     path("ledger/public-key/", LedgerPublicKeyView.as_view(), name="ledger-public-key"),
     path("ledger/checkpoints/", LedgerCheckpointList.as_view(), name="ledger-checkpoints"),
     path("ledger/consistency/", LedgerConsistencyView.as_view(), name="ledger-consistency"),
+    path("owner/receipts/", OwnerReceiptsView.as_view(), name="owner-receipts"),
     *router.urls,
 ]

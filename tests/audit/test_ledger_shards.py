@@ -1,6 +1,7 @@
 """The sharded ledger and its signed checkpoints (docs/budget-rules.md#the-ledger, #checkpoints): one hash chain
-per attribute, no fork, no shared head; checkpoints that sign an append-only log of shard heads; and the audit
-catching a lost tail, a forged or re-rooted checkpoint and a block moved between shards."""
+per attribute, no fork, no shared head; checkpoints that sign an append-only log of blocks; and the audit
+catching a lost tail, a forged or re-rooted checkpoint and a block moved between shards.  Block leaves and
+receipts: tests/audit/test_receipts.py."""
 from __future__ import annotations
 
 import threading
@@ -75,25 +76,33 @@ def test_a_block_moved_to_another_shard_is_caught(market):
             "each entry of an attribute's shard is about a value of that attribute"} <= failed_names(report)
 
 
-def test_checkpoints_sign_an_append_only_log_of_shard_heads(market):
+def test_checkpoints_sign_an_append_only_log_of_blocks(market):
     first = checkpoint_make()
-    assert first.tree_size == 1 and LedgerCheckpointLeaf.objects.count() == 1
-    leaf = LedgerCheckpointLeaf.objects.get()
-    head = LedgerHead.objects.select_related("last_block").get(shard=market.attribute.id)
-    assert (leaf.shard, leaf.blocks, leaf.head_hash) == (head.shard, head.blocks, head.last_block.hash)
-    assert first.root_hash == merkle.leaf_hash(ledger.head_leaf(leaf.shard, leaf.blocks, leaf.head_hash)).hex()
-    assert ledger_key.verify(ledger_key.statement(1, first.root_hash, first.created_at), first.signature)
+    blocks = list(LedgerBlock.objects.order_by("id"))
+    assert first.tree_size == len(blocks) == LedgerCheckpointLeaf.objects.count() == first.appended
+    leaves = list(LedgerCheckpointLeaf.objects.order_by("index"))
+    assert [leaf.block_id for leaf in leaves] == [b.id for b in blocks]
+    assert [(leaf.shard, leaf.blocks, leaf.head_hash) for leaf in leaves] == [
+        (b.shard, k + 1, b.hash) for k, b in enumerate(blocks)]  # one shard: heights 1, 2, 3, ...
+    hashes = [merkle.leaf_hash(ledger.leaf_data(leaf)) for leaf in leaves]
+    assert first.root_hash == merkle.root(hashes).hex()
+    assert ledger_key.verify(ledger_key.statement(first.tree_size, first.root_hash, first.created_at), first.signature)
     assert first.key_id == ledger_key.key_id()
-    assert checkpoint_make().id == first.id  # no head moved: nothing new to sign
+    again = checkpoint_make()
+    assert again.id == first.id and again.appended == 0  # no new block: nothing new to sign
 
     other = second_attribute(market)
     budget_set_paused(value_id=market.fixed[5].id, paused=True)
     second = checkpoint_make()
-    leaves = list(LedgerCheckpointLeaf.objects.order_by("index").values_list("shard", "blocks", "head_hash"))
-    assert second.tree_size == 3 and sorted(s for s, _, _ in leaves[1:]) == sorted([market.attribute.id, other.id])
-    hashes = [merkle.leaf_hash(ledger.head_leaf(*x)) for x in leaves]
-    proof = merkle.consistency_proof(1, hashes)
-    assert merkle.verify_consistency(1, 3, bytes.fromhex(first.root_hash), bytes.fromhex(second.root_hash), proof)
+    new = list(LedgerCheckpointLeaf.objects.filter(index__gte=first.tree_size).order_by("index"))
+    assert {leaf.shard for leaf in new} == {market.attribute.id, other.id}
+    assert [leaf.blocks for leaf in new if leaf.shard == other.id] == list(
+        range(1, LedgerBlock.objects.filter(shard=other.id).count() + 1))
+    assert [leaf.blocks for leaf in new if leaf.shard == market.attribute.id] == [len(blocks) + 1]
+    hashes = [merkle.leaf_hash(ledger.leaf_data(leaf)) for leaf in LedgerCheckpointLeaf.objects.order_by("index")]
+    proof = merkle.consistency_proof(first.tree_size, hashes)
+    assert merkle.verify_consistency(first.tree_size, second.tree_size, bytes.fromhex(first.root_hash),
+                                     bytes.fromhex(second.root_hash), proof)
     report = audit_budgets()
     assert report.ok, report.as_text()
     assert report.stats["checkpoints"] == 2
