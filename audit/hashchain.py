@@ -11,7 +11,9 @@ reorderings of entries or blocks all change a recomputed hash or a link.
 The checkpoints (docs/budget-rules.md#checkpoints): the log's leaves numbered without gaps, every checkpoint's
 Merkle root recomputed from the leaves it covers, its Ed25519 signature valid under the service's key, and
 every head a checkpoint saw still in its shard's chain (the block at that height has that hash) -- so a
-shard's lost tail is caught even when its head row was moved back with it.
+shard's lost tail is caught even when its head row was moved back with it; and each block leaf
+(docs/receipts.md#the-audit) naming a block still stored as it was, with the entries root and chunk roots it
+holds recomputed from the block's entries -- so every receipt handed out still proves what the ledger holds.
 """
 from __future__ import annotations
 

@@ -336,3 +336,23 @@ def test_two_checkpoints_at_once_append_each_block_once():
     assert len(leaves) == len(set(leaves)) == LedgerBlock.objects.count()
     report = audit_budgets()
     assert report.ok, report.as_text()
+
+
+def test_owner_held_values_custody_and_uploads_and_sales_have_receipts(db):
+    """An owner-held value's ledger: its custody event, each chain upload (epsilon = the new upload level) and
+    the releases sold from the uploaded chain, each with a receipt that verifies and chains."""
+    from tests.market.test_custody import LABELS, grid_points, held_market, honest  # noqa: PLC0415 -- its helpers
+
+    attribute = CategoricalAttributeFactory(labels=LABELS, price_policy=DEFAULT_POLICY)
+    held = held_market(attribute, 6, honest)
+    buyer = BuyerFactory()
+    fund(buyer, "100")
+    buy(buyer, attribute, "0.35", np.random.default_rng(4))
+    checkpoint_make()
+    bundle = receipts_bundle(value_ids=[v.id for v in held])
+    assert verify_with_merkle(bundle) == LedgerEntry.objects.filter(value__in=held).count()
+    receipts_chain(bundle)
+    kinds = [r["entry"]["kind"] for r in bundle["receipts"] if r["entry"]["value"] == held[0].id]
+    assert kinds[0] == "ceiling" and "owner_custody" in kinds and kinds[-1] == "chain_release"
+    upload = next(r for r in bundle["receipts"] if r["entry"]["kind"] == "owner_upload")
+    assert upload["entry"]["epsilon"] == f"{Decimal(grid_points('0.1', '0.6')[-1]):.6f}"

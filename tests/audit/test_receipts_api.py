@@ -93,3 +93,11 @@ def test_the_portal_downloads_a_values_receipts(holder, market):
     assert browser.get(f"/portal/values/{market.fixed[7].id}/receipts/").status_code == 404
     assert browser.get(f"/portal/values/{value.id}/receipts/?tree_size=-3").status_code == 400
     assert browser.get(f"/portal/values/{value.id}/receipts/?tree_size=4242").status_code == 404
+
+
+def test_an_owner_without_values_gets_an_empty_file(market):
+    from tests.factories import OwnerFactory  # noqa: PLC0415 -- this test only
+
+    checkpoint_make()
+    body = client_for(OwnerFactory()).get("/api/v1/owner/receipts/").json()
+    assert body["receipts"] == [] and body["pending"] == [] and body["next"] is None and body["checkpoint"]
