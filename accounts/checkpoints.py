@@ -10,7 +10,8 @@ proof shows it), and the audit checks that every block a leaf names is still in 
 entries: a lost tail or an edited entry is caught.
 
 Before it appends a block's leaf the checkpoint recomputes the block's hash from the entries it read (the ones
-the entries root covers): a block whose stored entries no longer match its hash gets no leaf, and neither do the
+the entries root covers, ``accounts.ledger.block_tree``: a window of entries at a time, so memory does not grow
+with the block): a block whose stored entries no longer match its hash gets no leaf, and neither do the
 later blocks of its shard (the audit reports it).  Entry trees cost about a microsecond per entry, off the
 purchase path; one checkpoint takes at most ``LDP_CHECKPOINT_MAX_ENTRIES`` entries' worth of blocks (always at
 least one block) and the next one continues.
@@ -84,14 +85,13 @@ def _make(now: datetime, max_entries: int) -> tuple[LedgerCheckpoint | None, int
     for block_id, shard, prev_hash, block_hash, count, created_at in taken:
         if shard in broken:
             continue
-        records = ledger.records_at(block_id, 0, count)
-        if ledger.block_hash(prev_hash, created_at, records, shard) != block_hash:
+        rehashed, root, chunks = ledger.block_tree(block_id, shard, prev_hash, created_at, count)
+        if rehashed != block_hash:
             log.error("ledger block %s of shard %s: its stored entries do not match its hash; it gets no checkpoint "
                       "leaf (run audit_budgets)", block_id, shard)
             broken.add(shard)
             continue
         height[shard] += 1
-        root, chunks = ledger.entry_tree(records)
         new.append(dict(shard=shard, blocks=height[shard], head_hash=block_hash, block_id=block_id, entry_count=count,
                         block_created_at=created_at, entries_root=root.hex(), chunk_roots=b"".join(chunks)))
     if not new:

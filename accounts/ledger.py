@@ -78,20 +78,35 @@ def micros(dt: datetime | None) -> int:
 def canonical_bytes(entries: np.ndarray) -> bytes:
     """The bytes a block's entries contribute to its hash (module doc: v1 when no entry has a guarantee)."""
     rec = np.ascontiguousarray(entries, dtype=ENTRY)
-    if (rec["guarantee"] == 0).all():
-        v1 = np.empty(rec.shape[0], dtype=ENTRY_V1)
-        for name in ENTRY_V1.names:
-            v1[name] = rec[name]
-        return v1.tobytes()
-    return V2_MARKER + rec.tobytes()
+    v2 = bool((rec["guarantee"] != 0).any())
+    return (V2_MARKER if v2 else b"") + canonical_records(rec, v2)
 
 
-def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray, shard: int = LEGACY_SHARD) -> str:
+def canonical_records(entries: np.ndarray, v2: bool) -> bytes:
+    """The records of (a run of) a block's entries as its hash covers them: all 16 fields when the block is hashed
+    as v2, the first 15 otherwise."""
+    rec = np.ascontiguousarray(entries, dtype=ENTRY)
+    if v2:
+        return rec.tobytes()
+    v1 = np.empty(rec.shape[0], dtype=ENTRY_V1)
+    for name in ENTRY_V1.names:
+        v1[name] = rec[name]
+    return v1.tobytes()
+
+
+def block_hasher(prev_hash: str, created_at: datetime, entry_count: int, shard: int = LEGACY_SHARD):
+    """A SHA-256 fed with a block's header (``prev_hash || [shard marker || shard] || entry count ||
+    created_at``): its entries' canonical bytes follow."""
     h = hashlib.sha256()
     h.update(prev_hash.encode())
     if shard != LEGACY_SHARD:
         h.update(SHARD_MARKER + np.array([shard], dtype="<i8").tobytes())
-    h.update(np.array([entries.shape[0], micros(created_at)], dtype="<i8").tobytes())
+    h.update(np.array([entry_count, micros(created_at)], dtype="<i8").tobytes())
+    return h
+
+
+def block_hash(prev_hash: str, created_at: datetime, entries: np.ndarray, shard: int = LEGACY_SHARD) -> str:
+    h = block_hasher(prev_hash, created_at, entries.shape[0], shard)
     h.update(canonical_bytes(entries))
     return h.hexdigest()
 
@@ -339,12 +354,42 @@ def entry_leaf_hashes(records: np.ndarray) -> list[bytes]:
     return out
 
 
+def chunk_roots(records: np.ndarray) -> list[bytes]:
+    """The roots of the entry trees of ``records`` cut into chunks of ``TREE_CHUNK`` (the last one partial)."""
+    leaves = entry_leaf_hashes(records)
+    return [merkle.root(leaves[i:i + TREE_CHUNK]) for i in range(0, len(leaves), TREE_CHUNK)]
+
+
 def entry_tree(records: np.ndarray) -> tuple[bytes, list[bytes]]:
     """A block's entries root and the roots of its chunks of ``TREE_CHUNK`` entries (the last one partial):
     ``MTH(entries) = MTH(chunk roots)`` because each aligned chunk is a subtree of the RFC 6962 tree."""
-    leaves = entry_leaf_hashes(records)
-    chunks = [merkle.root(leaves[i:i + TREE_CHUNK]) for i in range(0, len(leaves), TREE_CHUNK)]
+    chunks = chunk_roots(records)
     return merkle.root(chunks), chunks
+
+
+#: Entries a checkpoint reads and hashes at a time (a multiple of ``TREE_CHUNK``): its memory is bounded by this,
+#: not by the size of the block.
+TREE_WINDOW = 32 * TREE_CHUNK
+
+
+def block_tree(block_id: int, shard: int, prev_hash: str, created_at: datetime, entry_count: int,
+               window: int = TREE_WINDOW) -> tuple[str, bytes, list[bytes]]:
+    """A block's hash recomputed from its stored entries, with its entries root and chunk roots built from the
+    same records: ``(hash hex, entries root, chunk roots)``.  The entries are read ``window`` at a time
+    (``records_at``), so a block of 10^7 entries costs no more memory than one of ``window``."""
+    if window % TREE_CHUNK:
+        raise ValueError(f"the window must be a multiple of {TREE_CHUNK} entries")
+    v2 = (LedgerRelease.objects.filter(block_id=block_id).exclude(guarantee="").exists()
+          or LedgerEvent.objects.filter(block_id=block_id).exclude(guarantee="").exists())
+    h = block_hasher(prev_hash, created_at, entry_count, shard)
+    if v2:
+        h.update(V2_MARKER)
+    chunks: list[bytes] = []
+    for start in range(0, entry_count, window):
+        records = records_at(block_id, start, min(entry_count, start + window))
+        h.update(canonical_records(records, v2))
+        chunks += chunk_roots(records)
+    return h.hexdigest(), merkle.root(chunks), chunks
 
 
 def block_leaf(shard: int, height: int, block_id: int, entry_count: int, created_at_us: int, block_hash_hex: str,

@@ -20,6 +20,7 @@ BENCHMARKS: list[str] = [
     "e3_purchase",
     "e4_api",
     "e5_parallel",
+    "e6_receipts",
     "paper_experiments",
     "uldp_reproduction",
     "rr3_reproduction",

@@ -132,6 +132,9 @@ def test_oneshot_releases_and_surveys_have_receipts(db):
     bundle = receipts_bundle(value_ids=all_value_ids())
     assert verify_with_merkle(bundle) == LedgerEntry.objects.count()
     receipts_chain(bundle)
+    for block in LedgerBlock.objects.all():  # v2-hashed blocks (guarantees) re-hash a window at a time too
+        assert ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, block.entry_count,
+                                 ledger.TREE_CHUNK)[0] == block.hash
     guarantees = {r["entry"]["guarantee"] for r in bundle["receipts"] if r["entry"]["kind"] == "oneshot_release"}
     assert guarantees == {"uldp", "per_report_non_collusion"}
     assert all(proven_entry(bytes.fromhex(r["entry_data"]))["guarantee"] > 0 for r in bundle["receipts"]
@@ -185,6 +188,17 @@ def test_a_receipt_deep_in_a_large_block(db):
     deep = [r for r in bundle["receipts"] if r["entry"]["kind"] == "chain_release"]
     assert sorted(r["entry_index"] // ledger.TREE_CHUNK for r in deep) == [1, 2]
     assert all(r["block_size"] == 4200 and len(r["entry_proof"]) <= 13 for r in deep)  # ceil(log2 4200) = 13
+    # The checkpoint read these blocks (the contribution's 4,200 events, the purchase's 4,200 releases) a window at
+    # a time: any window gives the block's hash and the same tree.
+    blocks = list(LedgerBlock.objects.filter(entry_count=4200))
+    assert len(blocks) == 2
+    for block in blocks:
+        whole = ledger.entry_tree(ledger.stored_records(block))
+        for window in (ledger.TREE_CHUNK, 2 * ledger.TREE_CHUNK, ledger.TREE_WINDOW):
+            assert ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, window) == (
+                block.hash, *whole)
+    with pytest.raises(ValueError):
+        ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, 1000)
 
 
 def test_a_log_of_shard_heads_gets_block_leaves_after_it(market):
