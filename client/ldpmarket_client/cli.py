@@ -12,6 +12,15 @@
     ldpmarket-client owner contribute --attribute 3 --value green --ceiling 1 --upload-to 2
     ldpmarket-client owner extend                            # e.g. from cron: every held value to its ceiling
     ldpmarket-client owner status
+    ldpmarket-client owner receipts --out receipts.json      # the receipts of your values
+
+    ldpmarket-client ledger checkpoint --out checkpoint.json  # the latest signed checkpoint: keep it
+    ldpmarket-client ledger public-key --out key.pem
+    ldpmarket-client ledger consistency --first 40 --second 42 --out proof.json
+    ldpmarket-client verify receipts.json --checkpoint checkpoint.json --public-key key.pem
+
+``verify`` needs nothing from the service (docs/receipts.md#checking-receipts): exit status 0 when everything
+verifies, 1 when something does not, 2 for a file it cannot read.  The ``ledger`` verbs need no token.
 
 The owner verbs keep an owner-held value on this machine (docs/custody.md): the raw value and the chain's head
 stay in the owner state file (``--state``, else ``LDPMARKET_OWNER_STATE``, else ``owner-state.json`` in the
@@ -37,6 +46,7 @@ from . import __version__
 from .client import DEFAULT_URL, Client
 from .errors import ClientError, ProblemError
 from .owner import Owner, default_state_path
+from .receipts import FORMAT, load_public_key, verify_bundle
 
 #: The one-shot mechanisms' parameters that quote and buy pass through.
 PARAMETERS = ("theta", "family", "eps1", "eps2", "mechanism", "pi_b", "p2")
@@ -139,6 +149,29 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--value-id", type=int, help="only this value")
     o.add_argument("--upload-to", help="up to this epsilon (default: each value's ceiling's last grid point)")
     owner.add_parser("status", help="your values as the service sees them, with what the state file holds")
+    o = owner.add_parser("receipts", help="the receipts of your values' ledger entries, every page merged into "
+                                          "one file (docs/receipts.md)")
+    o.add_argument("--out", help="the receipts file (default: standard output)")
+    o.add_argument("--value", type=int, help="only this value's")
+    o.add_argument("--tree-size", type=int, help="against the checkpoint of this tree size (default: the latest)")
+
+    p = verbs.add_parser("ledger", help="the ledger's signed checkpoints and their key (no token needed)")
+    ledger = p.add_subparsers(dest="ledger_verb", required=True, metavar="LEDGER_VERB")
+    o = ledger.add_parser("checkpoint", help="the latest signed checkpoint (keep it to check receipts later)")
+    o.add_argument("--out", help="the JSON file (default: standard output)")
+    o = ledger.add_parser("public-key", help="the key that signs the checkpoints, as PEM")
+    o.add_argument("--out", help="the PEM file (default: standard output)")
+    o = ledger.add_parser("consistency", help="the proof that the log of tree size FIRST is a prefix of SECOND's")
+    o.add_argument("--first", type=int, required=True, help="the smaller tree size")
+    o.add_argument("--second", type=int, required=True, help="the larger tree size")
+    o.add_argument("--out", help="the JSON file (default: standard output)")
+
+    p = verbs.add_parser("verify", help="check a receipts file with nothing from the service (docs/receipts.md)")
+    p.add_argument("receipts", help="the receipts file (owner receipts --out)")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint you kept (ledger checkpoint --out)")
+    p.add_argument("--public-key", required=True, help="the service's key, PEM (ledger public-key --out)")
+    p.add_argument("--consistency", help="the consistency proof between your checkpoint and the file's, when "
+                                         "their tree sizes differ (ledger consistency --out)")
     return parser
 
 
@@ -152,11 +185,117 @@ def _write_outputs(client: Client, purchase_id: int, out: str | None) -> None:
     print(f"wrote the outputs of purchase {purchase_id} to {out}", file=sys.stderr)
 
 
+def _write_json(data, out: str | None, what: str) -> None:
+    if out is None or out == "-":
+        _print_json(data)
+        return
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    print(f"wrote {what} to {out}", file=sys.stderr)
+
+
+class Unreadable(Exception):
+    """An input file of ``verify`` that cannot be read: exit status 2."""
+
+
+def _read_json(path: str, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise Unreadable(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise Unreadable(f"{what} {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise Unreadable(f"{what} {path} is not a JSON object but a {type(data).__name__}")
+    return data
+
+
+def _verify(args) -> int:
+    """``verify``: docs/receipts.md#checking-receipts, with no request to the service."""
+    try:
+        bundle = _read_json(args.receipts, "the receipts file")
+        if bundle.get("format") != FORMAT:
+            raise Unreadable(f"{args.receipts} is not a receipts file (format {bundle.get('format')!r}, not "
+                             f"{FORMAT!r})")
+        checkpoint = _read_json(args.checkpoint, "the checkpoint")
+        if checkpoint.get("format") == FORMAT:  # an older receipts file: its checkpoint
+            checkpoint = checkpoint.get("checkpoint")
+        elif isinstance(checkpoint.get("results"), list):
+            raise Unreadable(f"{args.checkpoint} is a page of checkpoints, not one: save one with "
+                             f"`ldpmarket-client ledger checkpoint --out checkpoint.json`")
+        consistency = _read_json(args.consistency, "the consistency proof") if args.consistency else None
+        try:
+            with open(args.public_key, "rb") as f:
+                key = load_public_key(f.read())
+        except OSError as exc:
+            raise Unreadable(f"cannot read the public key {args.public_key}: {exc.strerror or exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise Unreadable(f"the public key {args.public_key} is {exc}") from None
+    except Unreadable as exc:
+        print(f"ldpmarket-client verify: {exc}", file=sys.stderr)
+        return 2
+    report = verify_bundle(bundle, checkpoint, key, consistency)
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
+def _ledger(args, url: str, progress: bool) -> int:
+    """The public ledger verbs: no token (accounts/ledger_api.py answers anyone)."""
+    with Client(url, progress=progress) as client:
+        if args.ledger_verb == "checkpoint":
+            results = client.request("GET", "ledger/checkpoints/").json().get("results") or []
+            if not results:
+                raise ClientError(f"{client.url} has signed no checkpoint yet")
+            _write_json(results[0], args.out, f"the checkpoint of tree size {results[0].get('tree_size')}")
+        elif args.ledger_verb == "public-key":
+            pem = client.request("GET", "ledger/public-key/").json()["public_key_pem"]
+            if args.out is None or args.out == "-":
+                sys.stdout.write(pem if pem.endswith("\n") else pem + "\n")
+            else:
+                with open(args.out, "w", encoding="ascii") as f:
+                    f.write(pem)
+                print(f"wrote the ledger's public key to {args.out}", file=sys.stderr)
+        elif args.ledger_verb == "consistency":
+            proof = client.request("GET", "ledger/consistency/",
+                                   params={"first": args.first, "second": args.second}).json()
+            _write_json(proof, args.out, f"the consistency proof from tree size {args.first} to {args.second}")
+    return 0
+
+
+def _receipts(args, client: Client) -> int:
+    """``owner receipts``: every page of ``GET owner/receipts/`` merged into one receipts file."""
+    params = {k: v for k, v in (("value", args.value), ("tree_size", args.tree_size)) if v is not None}
+    page = client.request("GET", "owner/receipts/", params=params).json()
+    bundle = {"format": page.get("format"), "checkpoint": page.get("checkpoint"), "receipts": [], "pending": [],
+              "next": None}
+    while True:
+        if page.get("checkpoint") != bundle["checkpoint"]:
+            size = (bundle["checkpoint"] or {}).get("tree_size")
+            raise ClientError(f"the pages of receipts are against different checkpoints (a new one was signed "
+                              f"meanwhile): run again with --tree-size {size}")
+        bundle["receipts"] += page.get("receipts") or []
+        bundle["pending"] += page.get("pending") or []
+        if not page.get("next"):
+            break
+        page = client.request("GET", page["next"]).json()
+    n = len(bundle["receipts"])
+    _write_json(bundle, args.out, f"{n} receipt{'s' * (n != 1)} against the checkpoint of tree size "
+                                  f"{(bundle['checkpoint'] or {}).get('tree_size')}")
+    return 0
+
+
 def run(args) -> int:
+    if args.verb == "verify":
+        return _verify(args)
     path = config_path(args.config)
     config = load_config(path)
     url = args.url or os.environ.get("LDPMARKET_URL") or config.get("url") or DEFAULT_URL
     progress = not args.no_progress
+    if args.verb == "ledger":
+        return _ledger(args, url, progress)
 
     if args.verb == "login":
         username = args.username or input("username: ")
@@ -184,6 +323,8 @@ def run(args) -> int:
 
 
 def _owner(args, client: Client) -> int:
+    if args.owner_verb == "receipts":
+        return _receipts(args, client)
     owner = Owner(client=client, state=args.state or default_state_path())
     if args.owner_verb == "contribute":
         _print_json(owner.contribute(args.attribute, args.value, ceiling=args.ceiling, upload_to=args.upload_to))
