@@ -14,6 +14,7 @@ from collections import defaultdict
 from decimal import Decimal
 
 from ldpmarket import ledger_key, merkle
+from ldpmarket.problems import NoSuchCheckpoint
 
 from . import ledger
 from .models import LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry
@@ -22,10 +23,6 @@ FORMAT = "ldpmarket-receipts-v1"
 _ENTRY_FIELDS = ("id", "block_id", "value_id", "kind", "epsilon", "purchase_id", "chain_loss_before",
                  "chain_loss_after", "oneshot_loss_before", "oneshot_loss_after", "ceiling", "guarantee",
                  "created_at")
-
-
-class NoSuchCheckpoint(LookupError):
-    """No checkpoint has the tree size asked for."""
 
 
 def checkpoint_for(tree_size: int | None = None) -> LedgerCheckpoint | None:

@@ -20,6 +20,7 @@ from accounts.receipts_api import ReceiptsQuery, ReceiptsSerializer, receipts_re
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
 from ldpmarket.openapi import problems
+from ldpmarket.problems import NoSuchCheckpoint
 from mechanisms import registry
 
 from .filters import LedgerEntryFilter
@@ -84,7 +85,7 @@ class AuditReceiptsQuery(ReceiptsQuery):
 
 
 @extend_schema(summary="Receipts of a value", parameters=[AuditReceiptsQuery],
-               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429)})
+               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429, NoSuchCheckpoint)})
 class ReceiptsView(APIView):
     """Any value's receipts, for auditors and staff (docs/receipts.md): the same file its owner gets, so an auditor
     can check that what the owner was shown is in the log everybody sees."""

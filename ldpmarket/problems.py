@@ -105,6 +105,14 @@ class BudgetError(DomainError, ValueError):
     title = "Budget change refused"
 
 
+class NoSuchCheckpoint(DomainError, LookupError):
+    """Receipts asked for against a tree size no signed checkpoint has (docs/receipts.md#the-receipts-file)."""
+
+    status = 404
+    slug = "no-such-checkpoint"
+    title = "No such checkpoint"
+
+
 class CustodyRefused(DomainError, ValueError):
     """An owner-held value's contribution or chain upload that the rules refuse (docs/custody.md#uploads);
     ``field`` names the request field at fault."""

@@ -29,6 +29,7 @@ from accounts import money, money_selectors, receipts, roles
 from accounts.epsilon import EpsilonError
 from accounts.models import MoneyAccount
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
+from ldpmarket.problems import NoSuchCheckpoint
 from market.domain import InvalidValue
 from market.models import Value
 from market.services import value_create, value_delete_raw, value_set_pum_tag
@@ -419,7 +420,7 @@ def value_receipts(request, value_id: int):
         return HttpResponse("tree_size must be a positive integer.", status=400, content_type="text/plain")
     try:
         bundle = receipts.receipts_bundle(value_ids=[value_id], tree_size=int(tree_size) if tree_size else None)
-    except receipts.NoSuchCheckpoint as exc:
+    except NoSuchCheckpoint as exc:
         raise Http404(str(exc)) from exc
     bundle["next"] = None
     response = HttpResponse(json.dumps(bundle, indent=1), content_type="application/json")

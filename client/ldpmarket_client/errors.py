@@ -118,6 +118,8 @@ InvalidValue = _problem("InvalidValue", slug="invalid-value", doc="400: a value 
 CustodyRefused = _problem("CustodyRefused", slug="custody-refused",
                           doc="400: an owner-held contribution or chain upload the rules refuse (``errors`` names the "
                               "field).")
+NoSuchCheckpoint = _problem("NoSuchCheckpoint", slug="no-such-checkpoint",
+                            doc="404: receipts asked for at a tree size no signed checkpoint has.")
 InvalidQuote = _problem("InvalidQuote", slug="invalid-quote", doc="400: a tampered, foreign or expired quote.")
 InvalidPricePolicy = _problem("InvalidPricePolicy", slug="invalid-price-policy",
                               doc="400: a price policy that does not parse.")

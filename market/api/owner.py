@@ -22,7 +22,7 @@ from accounts.models import User
 from accounts.receipts_api import VALUES_PER_PAGE, ReceiptsQuery, ReceiptsSerializer, receipts_response
 from ldpmarket.api import AnonThrottle, UserThrottle
 from ldpmarket.openapi import problems
-from ldpmarket.problems import BudgetError, CustodyRefused, EpsilonError, InvalidValue
+from ldpmarket.problems import BudgetError, CustodyRefused, EpsilonError, InvalidValue, NoSuchCheckpoint
 from market import chains
 from market.models import Attribute, Value
 from market.services import value_create, value_upload_chain
@@ -204,7 +204,7 @@ class OwnerValueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
 
 @extend_schema(summary="Your receipts", parameters=[ReceiptsQuery],
-               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429)})
+               responses={200: ReceiptsSerializer, **problems(400, 401, 403, 404, 429, NoSuchCheckpoint)})
 class OwnerReceiptsView(APIView):
     """Receipts of the ledger entries about your values (docs/receipts.md): each entry with its proofs against a
     signed checkpoint, to check with `ldpmarket-client verify`. ``?value=`` for one value, ``?tree_size=`` for the

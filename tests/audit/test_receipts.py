@@ -16,10 +16,11 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
-from accounts.receipts import NoSuchCheckpoint, receipts_bundle
+from accounts.receipts import receipts_bundle
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
 from ldpmarket import ledger_key, merkle
+from ldpmarket.problems import NoSuchCheckpoint
 from market.models import Value
 from market.pricing import DEFAULT_POLICY
 from tests.audit.conftest import buy, sql, tampering
@@ -370,3 +371,27 @@ def test_owner_held_values_custody_and_uploads_and_sales_have_receipts(db):
     assert kinds[0] == "ceiling" and "owner_custody" in kinds and kinds[-1] == "chain_release"
     upload = next(r for r in bundle["receipts"] if r["entry"]["kind"] == "owner_upload")
     assert upload["entry"]["epsilon"] == f"{Decimal(grid_points('0.1', '0.6')[-1]):.6f}"
+
+
+def test_the_checkpoint_task_enqueues_the_next_while_blocks_remain(market, settings, monkeypatch):
+    """Beat's task takes at most LDP_CHECKPOINT_MAX_ENTRIES entries' blocks and enqueues the next checkpoint while
+    blocks remain; not when none remain, nor when it could append none (a block whose entries changed)."""
+    from market import tasks  # noqa: PLC0415 -- the interface under test, this test only
+
+    sent = []
+    monkeypatch.setattr(tasks.make_ledger_checkpoint, "delay", lambda: sent.append(1))
+    settings.LDP_CHECKPOINT_MAX_ENTRIES = 1
+    blocks = LedgerBlock.objects.count()
+    assert tasks.make_ledger_checkpoint.apply().get() == 1 and sent == [1]
+    while blocks_awaiting_checkpoint():
+        tasks.make_ledger_checkpoint.apply()
+    assert len(sent) == blocks - 1  # the last one found nothing left
+    tasks.make_ledger_checkpoint.apply()
+    assert len(sent) == blocks - 1
+    budget_set_ceiling(value_id=market.fixed[9].id, ceiling="1.2")
+    budget_set_ceiling(value_id=market.fixed[9].id, ceiling="1.3")
+    first = LedgerBlock.objects.order_by("-id")[1]
+    with tampering():
+        sql("UPDATE accounts_ledgerevent SET ceiling = ceiling + 0.5 WHERE block_id = %s", [first.id])
+    tasks.make_ledger_checkpoint.apply()
+    assert blocks_awaiting_checkpoint() == 2 and len(sent) == blocks - 1  # no progress: not enqueued again

@@ -70,7 +70,7 @@ def test_only_the_owner_gets_a_values_receipts(holder, market):
 def test_bad_queries_are_clear_4xx(holder, query, status):
     body = assert_problem(client_for(holder).get(f"/api/v1/owner/receipts/?{query}"), status)
     if status == 404:
-        assert "99999" in body["detail"]
+        assert "99999" in body["detail"] and body["type"].endswith("/no-such-checkpoint")
 
 
 def test_auditors_fetch_any_values_receipts(holder, auditor):
