@@ -1,8 +1,7 @@
 """PostgreSQL fast path of the reads of chain extension (docs/architecture.md#chains-in-blocks, docs/quality-targets.md#performance E2).
 
 ``extension_rows`` reads what extension needs of a batch of blocks -- value id, owner id, block, slot, ceiling
-as integer micro-epsilons and the sealed input -- with two ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` (the
-values, then their budgets, merged by value id in numpy),
+as integer micro-epsilons and the sealed input -- with one ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)``,
 parsed by ``numpy.frombuffer`` with a structured dtype (every field has a fixed width per attribute), never a
 Python object per row.  The binary COPY encoders and parsers are hand-written (``ldpmarket.pgbinary``): measured
 faster than building rows through psycopg's adapters (docs/architecture.md#storage).  The rows, their order
@@ -17,62 +16,38 @@ from accounts.epsilon import MICRO
 from accounts.models import BudgetAccount
 from ldpmarket import storage
 from ldpmarket.pgbinary import (  # noqa: F401  (re-exported: the binary COPY primitives)
-    HEADER,
-    SIGNATURE,
-    TRAILER,
-    CopyFormatError,
-    binary_rows,
-    copy_in,
-    copy_out,
-    numeric_fixed,
-    parse_rows,
-)
+    HEADER, SIGNATURE, TRAILER, CopyFormatError, binary_rows, copy_in, copy_out, numeric_fixed, parse_rows)
 
 from . import domain, sealing
 from .models import Attribute, Value
 
 
 def extension_rows(attribute: Attribute, block_ids, value_ids=None) -> dict[str, np.ndarray]:
-    """``services.extension_rows`` by two binary COPYs (the values, then their budgets): the values of
-    ``block_ids`` holding their input, in (block, slot) order."""
+    """``services.extension_rows`` by one binary COPY: the values of ``block_ids`` holding their input, in
+    (block, slot) order."""
     sealed_bytes = sealing.blocks_for(domain.payload_bytes(attribute)) * 16
-    layout_values = [("value_id", ">i8"), ("owner_id", ">i8"), ("block_id", ">i8"), ("slot", ">i8"),
-                     ("sealed", ("u1", (sealed_bytes,)))]
+    layout = [("value_id", ">i8"), ("owner_id", ">i8"), ("block_id", ">i8"), ("slot", ">i8"), ("ceiling", ">i8"),
+              ("sealed", ("u1", (sealed_bytes,)))]
     only = " AND v.id = ANY(%(ids)s::bigint[])" if value_ids is not None else ""
     value, budget = Value._meta.db_table, BudgetAccount._meta.db_table
     params = {"blocks": "{" + ",".join(str(int(b)) for b in block_ids) + "}", "attribute": attribute.id,
               "ids": "{" + ",".join(str(int(v)) for v in (value_ids or [])) + "}"}
-    # Two reads merged here rather than one join: the values of these blocks, then the budgets of their id range
-    # (by the budgets' key), matched by value id with numpy.  Measured faster than the server's join of the same
-    # rows (a hash join of 65,536 rows a batch costs more than the two scans together: benchmarks/e2_extension).
-    values_query = (f"SELECT v.id, v.owner_id, v.block_id, v.slot::bigint, v.input_sealed FROM {value} v "
-                    f"WHERE v.block_id = ANY(%(blocks)s::bigint[]) AND v.attribute_id = %(attribute)s "
-                    f"AND v.input_sealed IS NOT NULL{only}")
-    budgets_query = f"SELECT b.value_id, round(b.ceiling * {MICRO})::bigint FROM {budget} b WHERE "
+    # The budgets are read by a range of their key (the values' id range in these blocks): without it the
+    # planner hashes the whole budget table once per batch, quadratic in the number of values.
+    query = (f"SELECT v.id, v.owner_id, v.block_id, v.slot::bigint, round(b.ceiling * {MICRO})::bigint, "
+             f"v.input_sealed FROM {value} v JOIN {budget} b ON b.value_id = v.id "
+             f"WHERE v.block_id = ANY(%(blocks)s::bigint[]) AND v.attribute_id = %(attribute)s "
+             f"AND v.input_sealed IS NOT NULL{only} AND b.value_id BETWEEN %(lo)s AND %(hi)s")
     with connection.cursor() as wrapper:
-        rows = parse_rows(copy_out(wrapper.cursor, values_query, params), layout_values)
-        if rows.size:
-            lo, hi = int(rows["value_id"].min()), int(rows["value_id"].max())
-            if hi - lo + 1 <= 4 * rows.size:  # the usual case: the blocks' values were contributed together
-                where, params["lo"], params["hi"] = "b.value_id BETWEEN %(lo)s AND %(hi)s", lo, hi
-            else:  # ids spread among other attributes' values: look the budgets up by key, not by range
-                where = "b.value_id = ANY(%(wanted)s::bigint[])"
-                params["wanted"] = "{" + ",".join(map(str, rows["value_id"].astype(np.int64).tolist())) + "}"
-            budgets = parse_rows(copy_out(wrapper.cursor, budgets_query + where, params),
-                                 [("value_id", ">i8"), ("ceiling", ">i8")])
-        else:
-            budgets = np.zeros(0, dtype=[("value_id", ">i8"), ("ceiling", ">i8")])
-    budget_ids = budgets["value_id"].astype(np.int64)
-    order = np.argsort(budget_ids, kind="stable")
-    at = np.searchsorted(budget_ids, rows["value_id"].astype(np.int64), sorter=order)
-    at = np.minimum(at, max(budget_ids.size - 1, 0))
-    found = (budget_ids[order[at]] == rows["value_id"]) if budget_ids.size else np.zeros(rows.size, dtype=bool)
-    rows = rows[found]  # a value without a budget row is not extended (the join left it out too)
-    ceilings = budgets["ceiling"].astype(np.int64)[order[at[found]]]
-    by_slot = np.lexsort((rows["slot"], rows["block_id"]))  # in (block, slot) order: sorted here, not in SQL
-    rows, ceilings = rows[by_slot], ceilings[by_slot]
-    out = {name: rows[name].astype(np.int64) for name in ("value_id", "owner_id", "block_id", "slot")}
-    out["ceiling"] = ceilings
+        # (OFFSET 0 fences the subquery: otherwise min/max walk the primary key from its end until a row of
+        # these blocks turns up, a scan of most of the table for the later batches)
+        wrapper.execute(f"SELECT min(id), max(id) FROM (SELECT id FROM {value} "
+                        f"WHERE block_id = ANY(%(blocks)s::bigint[]) OFFSET 0) s", params)
+        lo, hi = wrapper.fetchone()
+        params.update(lo=lo or 0, hi=hi or -1)
+        rows = parse_rows(copy_out(wrapper.cursor, query, params), layout)
+    rows = rows[np.lexsort((rows["slot"], rows["block_id"]))]  # in (block, slot) order: sorted here, not in SQL
+    out = {name: rows[name].astype(np.int64) for name in ("value_id", "owner_id", "block_id", "slot", "ceiling")}
     out["sealed"] = np.ascontiguousarray(rows["sealed"])
     return out
 

@@ -20,16 +20,9 @@ from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
 from market import chains, chainstore, pgcopy, services
 from market.models import Attribute, ChainBlock, ChainPoint, Value
-from market.pgcopy import copy_out
 from market.tasks import extend_chains
-from tests.factories import (
-    CategoricalAttributeFactory,
-    StringAttributeFactory,
-    chain_heads,
-    chain_rows,
-    make_owners,
-    stored_chains,
-)
+from tests.factories import (CategoricalAttributeFactory, StringAttributeFactory, chain_heads, chain_rows,
+                             make_owners, stored_chains)
 
 LABELS = ["a", "b", "c", "d", "e"]
 #: Ceilings giving 0 (equal to the head, or between grid points), 1, 2, 9, 19 and 31 new steps from 0.1.
@@ -134,33 +127,6 @@ def fast_calls(monkeypatch):
 
 
 pg = pytest.mark.postgres
-
-
-@pg
-@pytest.mark.django_db
-def test_values_spread_among_other_attributes_values_read_their_budgets_by_key(settings, monkeypatch):
-    """The budgets are read by the id range of a batch's values when they were contributed together, and by key
-    when other attributes' values sit between them (a range would read those too): both give the generic
-    path's rows."""
-    settings.LDP_CHAIN_BLOCK = 8
-    attribute, other = _attribute(), _attribute()
-    first = _values(attribute, 4, prefix="early")
-    _values(other, 40, prefix="between")  # 40 ids between the attribute's first and last values
-    values = first + _values(attribute, 4, prefix="late", seed=2)
-    _raise(values, CEILINGS)
-    blocks = _block_ids(attribute)
-    assert len(blocks) == 1 and values[-1].id - values[0].id + 1 > 4 * len(values)
-    seen = []
-    monkeypatch.setattr(pgcopy, "copy_out", lambda cur, sql, params=None: seen.append(sql) or copy_out(
-        cur, sql, params))
-    fast = pgcopy.extension_rows(attribute, blocks)
-    assert any("= ANY(%(wanted)s" in q for q in seen) and not any("BETWEEN" in q for q in seen)
-    _assert_same_rows(fast, _generic_rows(monkeypatch, attribute, blocks))
-    assert fast["value_id"].tolist() == [v.id for v in values]
-    seen.clear()
-    _assert_same_rows(pgcopy.extension_rows(attribute, blocks, [values[0].id, values[1].id]),
-                      _generic_rows(monkeypatch, attribute, blocks, [values[0].id, values[1].id]))
-    assert any("BETWEEN" in q for q in seen)  # two neighbouring values: their range
 
 
 @pg
