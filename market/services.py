@@ -5,12 +5,13 @@ work is enqueued only on commit.
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from accounts import ledger, roles
@@ -296,17 +297,58 @@ def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int
         blocks = sorted(set(Value.objects.filter(attribute=attribute, block__isnull=False, id__in=list(value_ids))
                             .values_list("block_id", flat=True)))
     per_batch = max(1, batch_size // max(1, int(settings.LDP_CHAIN_BLOCK)))
+    batches = [blocks[k:k + per_batch] for k in range(0, len(blocks), per_batch)]
     extended = 0
-    for k in range(0, len(blocks), per_batch):
-        with transaction.atomic():
-            extended += _extend_batch(attribute, grid, blocks[k:k + per_batch], rng, value_ids)
+    with _read_ahead(attribute, batches, value_ids) as rows_of:
+        for k, batch in enumerate(batches):
+            with transaction.atomic():
+                extended += _extend_batch(attribute, grid, batch, rng, value_ids, rows=rows_of(k))
     return extended
 
 
-def _extend_batch(attribute: Attribute, grid: chains.Grid, block_ids: list[int], rng, value_ids=None) -> int:
-    """Lock the attribute's chains, read, grow and store one batch of blocks (the caller's transaction)."""
+@contextmanager
+def _read_ahead(attribute: Attribute, batches: list[list[int]], value_ids):
+    """``rows_of(k)``: batch ``k``'s ``extension_rows``, read while batch ``k - 1`` grows and stores its chains.
+
+    On PostgreSQL, outside a transaction (the Celery task), a thread with its own connection reads each next
+    batch's values, ceilings and sealed inputs ahead: the database reads them on the other core while this one
+    relaxes and seals, so reading no longer adds to the task's time (benchmarks/e2_extension).  What it reads is
+    what the batch would read a moment later: the chains themselves (heads, points) are still read by the batch
+    under the attribute's chain lock; a ceiling changed or a raw value deleted meanwhile is seen by the next
+    extension, as when the change commits while a batch runs.  Elsewhere (SQLite, inside a caller's
+    transaction, one batch) ``rows_of`` answers ``None`` and each batch reads its own rows."""
+    if len(batches) < 2 or not pgcopy.enabled() or transaction.get_connection().in_atomic_block:
+        yield lambda k: None
+        return
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extension-read-ahead")
+    pending: dict[int, Future] = {0: pool.submit(extension_rows, attribute, batches[0], value_ids)}
+
+    def rows_of(k: int):
+        if k + 1 < len(batches):
+            pending[k + 1] = pool.submit(extension_rows, attribute, batches[k + 1], value_ids)
+        return _ready(pending.pop(k))
+
+    try:
+        yield rows_of
+    finally:
+        for future in pending.values():
+            future.cancel()
+        pool.submit(connections.close_all).result()  # the reading thread's own connection
+        pool.shutdown(wait=True)
+
+
+def _ready(future: Future):
+    """A read-ahead's rows, once read (the wait, if any, is the time reading did not hide)."""
+    return future.result()
+
+
+def _extend_batch(attribute: Attribute, grid: chains.Grid, block_ids: list[int], rng, value_ids=None,
+                  rows: dict[str, np.ndarray] | None = None) -> int:
+    """Lock the attribute's chains, read (unless ``rows`` were read ahead), grow and store one batch of blocks (the
+    caller's transaction)."""
     chainstore.lock(attribute.id)
-    rows = extension_rows(attribute, block_ids, value_ids)
+    if rows is None:
+        rows = extension_rows(attribute, block_ids, value_ids)
     if rows["value_id"].size == 0:
         return 0
     blocks = chainstore.read(block_ids)

@@ -256,3 +256,62 @@ def test_on_postgresql_extension_reads_each_batch_with_one_binary_copy_and_commi
     assert sum(q["sql"] == "COMMIT" for q in ctx.captured_queries) >= 4  # 8 blocks, two per batch
     assert all(e.tolist() == grid("0.1", "0.5") for e, _ in stored_chains(attribute).values())
     assert chains_extend(attribute_id=attribute.id, batch_size=16) == 0
+
+
+def _read_ahead_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("extension-read-ahead")]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_each_next_batch_is_read_ahead_with_the_same_chains(settings, monkeypatch):
+    """Called as the task calls it (no transaction around it), extension reads each batch's values in one
+    read-ahead thread while the batch before grows (``market.services._read_ahead``); inside a transaction it
+    reads them itself.  Same values, same seeds: the same chains either way."""
+    from market import pgcopy  # noqa: PLC0415 -- the read this test spies on
+
+    settings.LDP_CHAIN_BLOCK = 8
+    raws = ["red", "green", "blue"] * 20  # 8 blocks of 8, then 4: four batches of two blocks
+    ahead, inline = CategoricalAttributeFactory(), CategoricalAttributeFactory()
+    for attribute in (ahead, inline):
+        set_ceilings(contribute(attribute, raws, prefix=f"ra{attribute.id}", ceiling="0.2",
+                                rng=np.random.default_rng(1)), "0.6")
+    readers = []
+    real = pgcopy.extension_rows
+    monkeypatch.setattr(pgcopy, "extension_rows",
+                        lambda *a, **k: readers.append(threading.current_thread().name) or real(*a, **k))
+    assert chains_extend(attribute_id=ahead.id, batch_size=16, rng=np.random.default_rng(5)) == 60
+    assert len(readers) == 4 and all(name.startswith("extension-read-ahead") for name in readers)
+    assert not _read_ahead_threads()  # the thread and its connection are gone
+    readers.clear()
+    with transaction.atomic():
+        assert chains_extend(attribute_id=inline.id, batch_size=16, rng=np.random.default_rng(5)) == 60
+    assert readers == [threading.current_thread().name] * 4
+    a, b = stored_chains(ahead), stored_chains(inline)
+    assert [(e.tolist(), o.tolist()) for e, o in a.values()] == [(e.tolist(), o.tolist()) for e, o in b.values()]
+    assert all(e.tolist() == grid("0.1", "0.6") for e, _ in a.values())
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_fails_stops_the_read_ahead_and_keeps_the_batches_before(settings, monkeypatch):
+    settings.LDP_CHAIN_BLOCK = 8
+    attribute = CategoricalAttributeFactory()
+    vs = contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2")
+    set_ceilings(vs, "0.5")
+    real, calls = chains.grow, []
+
+    def grow(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the worker failed mid-task")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chains, "grow", grow)
+    with pytest.raises(RuntimeError):
+        chains_extend(attribute_id=attribute.id, batch_size=16)
+    assert not _read_ahead_threads()
+    heads = [e[-1] for e, _ in stored_chains(attribute).values()]
+    assert heads.count(grid("0.1", "0.5")[-1]) == 16  # the first batch committed, the failed one rolled back
+    monkeypatch.setattr(chains, "grow", real)
+    assert chains_extend(attribute_id=attribute.id, batch_size=16) == 44
