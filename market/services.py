@@ -297,7 +297,9 @@ def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int
         blocks = sorted(set(Value.objects.filter(attribute=attribute, block__isnull=False, id__in=list(value_ids))
                             .values_list("block_id", flat=True)))
     per_batch = max(1, batch_size // max(1, int(settings.LDP_CHAIN_BLOCK)))
-    batches = [blocks[k:k + per_batch] for k in range(0, len(blocks), per_batch)]
+    # Read ahead (below), the first batch is a quarter of the others: its read is the one nothing hides.
+    first = max(1, per_batch // 4) if _reads_ahead(len(blocks) > per_batch) else per_batch
+    batches = [blocks[:first]] + [blocks[k:k + per_batch] for k in range(first, len(blocks), per_batch)]
     extended = 0
     with _read_ahead(attribute, batches, value_ids) as rows_of:
         for k, batch in enumerate(batches):
@@ -317,16 +319,17 @@ def _read_ahead(attribute: Attribute, batches: list[list[int]], value_ids):
     under the attribute's chain lock; a ceiling changed or a raw value deleted meanwhile is seen by the next
     extension, as when the change commits while a batch runs.  Elsewhere (SQLite, inside a caller's
     transaction, one batch) ``rows_of`` answers ``None`` and each batch reads its own rows."""
-    if len(batches) < 2 or not pgcopy.enabled() or transaction.get_connection().in_atomic_block:
+    if not _reads_ahead(len(batches) > 1):
         yield lambda k: None
         return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extension-read-ahead")
-    pending: dict[int, Future] = {0: pool.submit(extension_rows, attribute, batches[0], value_ids)}
+    pending: dict[int, Future] = {}
 
     def rows_of(k: int):
         if k + 1 < len(batches):
             pending[k + 1] = pool.submit(extension_rows, attribute, batches[k + 1], value_ids)
-        return _ready(pending.pop(k))
+        # The first batch reads its own rows: nothing runs before it to hide a read (or the thread's connecting).
+        return _ready(pending.pop(k)) if k else None
 
     try:
         yield rows_of
@@ -335,6 +338,11 @@ def _read_ahead(attribute: Attribute, batches: list[list[int]], value_ids):
             future.cancel()
         pool.submit(connections.close_all).result()  # the reading thread's own connection
         pool.shutdown(wait=True)
+
+
+def _reads_ahead(several_batches: bool) -> bool:
+    """Whether extension reads ahead: several batches, on PostgreSQL, outside a caller's transaction."""
+    return several_batches and pgcopy.enabled() and not transaction.get_connection().in_atomic_block
 
 
 def _ready(future: Future):

@@ -264,32 +264,41 @@ def _read_ahead_threads() -> list[str]:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_each_next_batch_is_read_ahead_with_the_same_chains(settings, monkeypatch):
+def test_outside_a_transaction_each_next_batch_is_read_ahead(settings, monkeypatch):
     """Called as the task calls it (no transaction around it), extension reads each batch's values in one
-    read-ahead thread while the batch before grows (``market.services._read_ahead``); inside a transaction it
-    reads them itself.  Same values, same seeds: the same chains either way."""
-    from market import pgcopy  # noqa: PLC0415 -- the read this test spies on
+    read-ahead thread while the batch before grows (``market.services._read_ahead``), the first batch a quarter of
+    the others; each batch gets exactly the rows it would have read itself.  Inside a transaction each batch reads
+    its own."""
+    from market import pgcopy, services  # noqa: PLC0415 -- the read and the batches this test spies on
 
     settings.LDP_CHAIN_BLOCK = 8
-    raws = ["red", "green", "blue"] * 20  # 8 blocks of 8, then 4: four batches of two blocks
-    ahead, inline = CategoricalAttributeFactory(), CategoricalAttributeFactory()
-    for attribute in (ahead, inline):
-        set_ceilings(contribute(attribute, raws, prefix=f"ra{attribute.id}", ceiling="0.2",
-                                rng=np.random.default_rng(1)), "0.6")
-    readers = []
-    real = pgcopy.extension_rows
+    attribute = CategoricalAttributeFactory()
+    set_ceilings(contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2"), "0.6")  # 8 blocks
+    readers, batches = [], []
+    real_read, real_batch = pgcopy.extension_rows, services._extend_batch
     monkeypatch.setattr(pgcopy, "extension_rows",
-                        lambda *a, **k: readers.append(threading.current_thread().name) or real(*a, **k))
-    assert chains_extend(attribute_id=ahead.id, batch_size=16, rng=np.random.default_rng(5)) == 60
-    assert len(readers) == 4 and all(name.startswith("extension-read-ahead") for name in readers)
+                        lambda *a, **k: readers.append(threading.current_thread().name) or real_read(*a, **k))
+    monkeypatch.setattr(services, "_extend_batch", lambda attribute, grid, block_ids, rng, value_ids=None, rows=None:
+                        batches.append((list(block_ids), rows)) or real_batch(attribute, grid, block_ids, rng,
+                                                                              value_ids, rows=rows))
+    assert chains_extend(attribute_id=attribute.id, batch_size=32) == 60  # 4 blocks a batch, the first 1
+    assert [len(b) for b, _ in batches] == [1, 4, 3]
+    assert batches[0][1] is None and batches[1][1] is not None  # the first batch reads its own rows
+    assert len(readers) == 3 and readers.count(threading.current_thread().name) == 1
+    assert sum(name.startswith("extension-read-ahead") for name in readers) == 2
     assert not _read_ahead_threads()  # the thread and its connection are gone
-    readers.clear()
+    for block_ids, rows in batches[1:]:  # the values have not changed since: the same rows, read now
+        again = real_read(attribute, block_ids)
+        assert rows is not None and set(rows) == set(again)
+        for name in again:
+            np.testing.assert_array_equal(rows[name], again[name], err_msg=name)
+    assert all(e.tolist() == grid("0.1", "0.6") for e, _ in stored_chains(attribute).values())
+    set_ceilings(Value.objects.filter(attribute=attribute), "0.8")
+    readers.clear(), batches.clear()
     with transaction.atomic():
-        assert chains_extend(attribute_id=inline.id, batch_size=16, rng=np.random.default_rng(5)) == 60
-    assert readers == [threading.current_thread().name] * 4
-    a, b = stored_chains(ahead), stored_chains(inline)
-    assert [(e.tolist(), o.tolist()) for e, o in a.values()] == [(e.tolist(), o.tolist()) for e, o in b.values()]
-    assert all(e.tolist() == grid("0.1", "0.6") for e, _ in a.values())
+        assert chains_extend(attribute_id=attribute.id, batch_size=32) == 60
+    assert readers == [threading.current_thread().name] * 2 and all(rows is None for _, rows in batches)
+    assert [len(b) for b, _ in batches] == [4, 4]
 
 
 @pytest.mark.postgres
@@ -312,6 +321,6 @@ def test_a_batch_that_fails_stops_the_read_ahead_and_keeps_the_batches_before(se
         chains_extend(attribute_id=attribute.id, batch_size=16)
     assert not _read_ahead_threads()
     heads = [e[-1] for e, _ in stored_chains(attribute).values()]
-    assert heads.count(grid("0.1", "0.5")[-1]) == 16  # the first batch committed, the failed one rolled back
+    assert heads.count(grid("0.1", "0.5")[-1]) == 8  # the first batch (one block) committed, the next rolled back
     monkeypatch.setattr(chains, "grow", real)
-    assert chains_extend(attribute_id=attribute.id, batch_size=16) == 44
+    assert chains_extend(attribute_id=attribute.id, batch_size=16) == 52
