@@ -92,7 +92,7 @@ from ._postgres import (
 NAME = "e3_purchase"
 DB_NAME = "ldpbench_e3"
 N_VALUES = tuple(int(float(x)) for x in os.environ.get("E3_N", "1e4,1e5,1e6").split(","))
-DEFAULT_ROUNDS = {10**4: 5, 10**5: 3, 10**6: 2}
+DEFAULT_ROUNDS = {10**4: 5, 10**5: 3, 10**6: 2, 10**7: 1}  # 10^7: one round takes tens of minutes
 ROUNDS = {n: int(os.environ.get("E3_ROUNDS", DEFAULT_ROUNDS.get(n, 2))) for n in N_VALUES}
 PROFILE_N = int(float(os.environ.get("E3_PROFILE_N", "1e5")))
 MAX_SECONDS = float(os.environ.get("E3_MAX_SECONDS", "600"))
