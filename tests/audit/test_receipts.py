@@ -291,7 +291,7 @@ def test_a_leaf_whose_entries_root_was_rewritten_is_caught(market):
     checkpoint_make()
     leaf = LedgerCheckpointLeaf.objects.order_by("index")[2]
     with tampering():
-        sql("UPDATE accounts_ledgercheckpointleaf SET entries_root = %s WHERE index = %s", ["cd" * 32, leaf.index])
+        sql('UPDATE accounts_ledgercheckpointleaf SET entries_root = %s WHERE "index" = %s', ["cd" * 32, leaf.index])
     names = failed_names(audit_budgets())
     assert {ROOTED, MERKLE} <= names
 
@@ -302,7 +302,7 @@ def test_chunk_roots_rewritten_alone_are_caught(market):
     checkpoint_make()
     leaf = LedgerCheckpointLeaf.objects.order_by("index")[1]
     with tampering():
-        sql("UPDATE accounts_ledgercheckpointleaf SET chunk_roots = %s WHERE index = %s", [b"\x00" * 32, leaf.index])
+        sql('UPDATE accounts_ledgercheckpointleaf SET chunk_roots = %s WHERE "index" = %s', [b"\x00" * 32, leaf.index])
     report = audit_budgets()
     assert failed_names(report) == {ROOTED}, report.as_text()
 
