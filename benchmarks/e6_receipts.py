@@ -81,6 +81,7 @@ from urllib.parse import urlsplit
 
 from . import _common
 from ._postgres import admin, checkpoint, server_url, setup_django, with_db
+from .e2_extension import _rss_kib  # the same /proc/self/status reader as E2's memory figure
 
 NAME = "e6_receipts"
 DB_NAME = "ldpbench_e6"
@@ -386,14 +387,6 @@ def _round(attribute_id: int, n: int, sample: list[int]) -> dict:
 
 
 # --------------------------------------------------------------------------- fresh process (memory)
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
 
 def _checkpoint_child(db_url: str, name: str) -> None:
     """In a fresh process (``--checkpoint-child DB_URL NAME``): Django on the benchmark's database (no migration),
