@@ -144,11 +144,61 @@ def test_set_where_in_sets_the_same_values_on_the_listed_rows_in_one_statement()
     later = NOW + timedelta(minutes=5)
     with CaptureQueriesContext(connection) as queries:
         storage.set_where_in(t, "v", np.array([11, 13, 19]), {"loss": Decimal("0.25"), "at": later}, alias="b")
-    assert len(queries) == 1  # one statement (an executemany on SQLite), never one per row
+    # one UPDATE (an executemany on SQLite), never one per row; on PostgreSQL beside it the plan's settings, set
+    # and put back (index_probes)
+    assert len(queries) == (3 if storage.is_postgresql() else 1)
     storage.set_where_in(t, "v", np.array([], dtype=np.int64), {"loss": Decimal(9)})
     got = {v: (_dec(loss, 6), _at(at)) for v, loss, at in _rows(f"SELECT v, loss, at FROM {t}")}
     assert got == {v: ((Decimal("0.250000"), later) if v in (11, 13, 19) else (Decimal("0.000000"), NOW))
                    for v in range(10, 20)}
+
+
+def _plan(sql: str) -> str:
+    return "\n".join(r[0] for r in _rows("EXPLAIN " + sql))
+
+
+def _join_settings() -> tuple:
+    return _rows("SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')")[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="planner settings: PostgreSQL only")
+def test_set_where_in_probes_the_index():
+    """Keyed by many ids, the UPDATE is planned as index probes, not as a hash of the whole table, and the
+    planner's settings are as they were afterwards (docs/architecture.md#updates-keyed-by-an-array-of-ids)."""
+    t = _table("ldp_st_probe", "v bigint NOT NULL UNIQUE, loss numeric(12, 6) NOT NULL")
+    n = 50_000
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {t} (v, loss) SELECT g, 0 FROM generate_series(1, {n}) g")
+        cur.execute(f"ANALYZE {t}")
+    ids = np.arange(1, n + 1, 2)
+    with CaptureQueriesContext(connection) as queries:
+        storage.set_where_in(t, "v", ids, {"loss": Decimal("0.5")}, alias="b")
+    sqls = [q["sql"] for q in queries]
+    assert len(sqls) == 3 and "set_config('enable_hashjoin', 'off', true)" in sqls[0] and sqls[1].startswith("UPDATE")
+    update = sqls[1]
+    assert _join_settings() == ("on", "on")
+    assert "Hash Join" in _plan(update)  # left to itself, the planner hashes the table
+    with transaction.atomic(), storage.index_probes():
+        plan = _plan(update)
+    assert "Nested Loop" in plan and "Index Scan" in plan and "Hash" not in plan, plan
+    assert _join_settings() == ("on", "on")
+    assert _rows(f"SELECT count(*), sum(loss) FROM {t} WHERE loss > 0")[0] == (ids.size, Decimal("0.5") * ids.size)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="planner settings: PostgreSQL only")
+def test_index_probes_puts_back_the_caller_s_settings_and_an_error_rolls_them_back():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with storage.index_probes():
+            assert _join_settings() == ("off", "off")
+            raise RuntimeError("the statement failed")
+    assert _join_settings() == ("on", "on")
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_mergejoin = off")  # the caller's own, to the end of the test's transaction
+    with storage.index_probes():
+        assert _join_settings() == ("off", "off")
+    assert _join_settings() == ("on", "off")  # as the caller had them
 
 
 # --------------------------------------------------------------------------- locks
