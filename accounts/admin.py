@@ -9,6 +9,11 @@ Who may do what is decided by role (``accounts.roles``; docs/security.md,
   ``audit.admin``);
 * auditors change nothing: add, change and delete are refused (403) everywhere,
   and POSTs to change lists too;
+* a change list filters only by its declared filters (``list_filter``) and
+  searches only ids and usernames: any other lookup in the query string
+  (``?result__estimate__startswith=0.3``, ``?id__gt=0``) is refused with 400
+  (``AuditMixin.lookup_allowed``), for everybody: Django's default would let
+  it filter on any column and read a hidden one from the row counts;
 * the ledger, budgets, chains, values, purchases and money are read-only for
   everybody, superusers included (no add, change or delete, no actions): they
   change only through the services that write the hash-chained ledger;
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -31,7 +38,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from ldpmarket.fields import StrictDecimalFormField
 from ldpmarket.money import format_money
+from ldpmarket.numbers import as_id
 
 from . import money, roles
 from .lockout import AdminSignInForm
@@ -82,6 +91,71 @@ class AuditMixin:
             raise PermissionDenied
         return super().changelist_view(request, extra_context)
 
+    def lookup_allowed(self, lookup, value, request=None):
+        """Filter only by the declared filters: each ``list_filter``'s ``expected_parameters()`` (and the
+        ``date_hierarchy``'s year, month and day).  Django asks this of every query-string parameter of a change
+        list but its own (``q``, ``o``, ``p``, ``all``, ``e``, ``_popup``, ``_facets``, ``_to_field``, which it
+        checks itself) and refuses a lookup it denies with ``DisallowedModelAdminLookup``: a 400.
+
+        Django's default allows a lookup on any local column, declared or not: ``?id=8&result__estimate__
+        startswith=0.3`` read a survey's estimate, digit by digit, from the row count (a red-team finding;
+        docs/security.md, "Roles").  Here nothing but the declared filters reaches the query, for every role."""
+        hierarchy = self.date_hierarchy
+        if hierarchy and lookup in (f"{hierarchy}__year", f"{hierarchy}__month", f"{hierarchy}__day"):
+            return True
+        list_filter = self.get_list_filter(request) if request is not None else self.list_filter
+        return any(lookup in filter_parameters(self, request, item, lookup) for item in list_filter)
+
+
+def filter_parameters(model_admin, request, list_filter, lookup: str | None = None) -> list[str]:
+    """The query-string parameters an item of ``list_filter`` reads: its filter's ``expected_parameters()``.
+
+    A field's filter is built as ``ChangeList.get_filters`` builds it (which may query its choices), and only
+    when ``lookup`` (if given) is on its field: Django's field filters name every parameter ``<field path>`` or
+    ``<field path>__...``.  A filter class of ours names its one parameter itself."""
+    if isinstance(list_filter, type) and issubclass(list_filter, admin.SimpleListFilter):
+        return [list_filter.parameter_name]
+    model = model_admin.model
+    if callable(list_filter):  # a ListFilter class of another kind
+        return list(list_filter(request, {}, model, model_admin).expected_parameters())
+    field, filter_class = list_filter if isinstance(list_filter, (tuple, list)) else (list_filter,
+                                                                                    admin.FieldListFilter.create)
+    field_path = None
+    if isinstance(field, str):
+        field_path = field
+        if lookup is not None and lookup != field_path and not lookup.startswith(f"{field_path}__"):
+            return []
+        field = get_fields_from_path(model, field_path)[-1]
+    spec = filter_class(field, request, {}, model, model_admin, field_path=field_path)
+    return list(spec.expected_parameters())
+
+
+class IdFilter(admin.SimpleListFilter):
+    """A declared filter ``?<parameter_name>=<id>`` on a foreign key: what the console's own links use (a budget's
+    ledger entries, a purchase's releases, an account's movements).  In the sidebar only while set (with "All" to
+    clear it); anything but digits is an invalid lookup (the change list says so)."""
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [] if value is None else [(value, f"#{value}")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        pk = as_id(value)
+        if pk is None:
+            raise IncorrectLookupParameters(f"{self.parameter_name} must be an id")
+        return self.of(queryset, pk)
+
+    def of(self, queryset, pk: int):
+        return queryset.filter(**{f"{self.parameter_name}_id": pk})
+
+
+def id_filter(field: str, title: str | None = None) -> type[IdFilter]:
+    """An :class:`IdFilter` on the local foreign key ``field``."""
+    return type(f"{field.title()}IdFilter", (IdFilter,), {"parameter_name": field, "title": title or field})
+
 
 class IdSearchMixin:
     """Search by exact ids (digits) and by username, on indexed local columns (no casts of ids to text).
@@ -109,9 +183,10 @@ class IdSearchMixin:
         if not term:
             return queryset, False
         q = Q(pk__in=[])
-        if term.isdigit():
+        pk = as_id(term)
+        if pk is not None:
             for name in self.search_ids:
-                q |= Q(**{name: int(term)})
+                q |= Q(**{name: pk})
         for user_path in self.search_users:
             q |= self._user_lookup(user_path, term)
         return queryset.filter(q), False
@@ -288,7 +363,7 @@ class StaffActionsMixin:
 
 
 class TopUpForm(forms.Form):
-    amount = forms.DecimalField(min_value=money.CENT, max_value=money.MAX_AMOUNT, decimal_places=2,
+    amount = StrictDecimalFormField(min_value=money.CENT, max_value=money.MAX_AMOUNT, decimal_places=2,
                                 help_text="Per buyer, at most two decimals.")
     reason = forms.CharField(max_length=200, help_text="Why the credit is given (kept with the movement).")
 
@@ -353,7 +428,8 @@ class MoneyAccountAdmin(StaffActionsMixin, ReadOnlyAdmin):
 class MoneyEntryAdmin(ReadOnlyAdmin):
     # the kind is a filter and on the entry's page (the memo says it too): the list fits 1280 px without it
     list_display = ("id", "created_at", "account_name", "purchase_link", "amount_shown", "balance_after_shown", "memo")
-    list_filter = ("account__kind", "kind", ("created_at", admin.DateFieldListFilter))
+    list_filter = ("account__kind", "kind", ("created_at", admin.DateFieldListFilter),
+                   id_filter("account"))  # an account's movements (MoneyAccountAdmin.entries)
     list_select_related = ("account__user",)
     search_ids = ("account_id", "purchase_id")
     search_users = ("account__user",)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
+from ldpmarket.numbers import NumberError, parse_ascii_decimal
 from ldpmarket.problems import EpsilonError
 from mechanisms.exactness import SAMPLER_EPS_MAX
 
@@ -23,11 +24,19 @@ LIMIT_DOC = "docs/mechanisms.md#the-epsilon-limit"
 
 def parse(value, *, name: str = "epsilon", allow_zero: bool = True, limit: Decimal = MAX_EPSILON) -> Decimal:
     """Parse user input into an exact epsilon, refusing NaN, infinities, negatives, excess precision and
-    values above ``limit`` (``MAX_SALE_EPSILON`` for an epsilon a sampler will draw at)."""
+    values above ``limit`` (``MAX_SALE_EPSILON`` for an epsilon a sampler will draw at).  Text must be a plain
+    ASCII decimal (``"0.5"``; not ``"1e-1"``, ``"+1"``, ``"1_0"`` nor ``"١"``: ``ldpmarket.numbers``)."""
     if isinstance(value, bool):
         raise EpsilonError(f"{name} must be a number")
     try:
-        d = Decimal(str(value)) if not isinstance(value, Decimal) else value
+        if isinstance(value, str):  # text: a plain ASCII decimal only (ldpmarket.numbers), "-" for its own message
+            d = parse_ascii_decimal(value, signed=True)
+        else:
+            d = Decimal(str(value)) if not isinstance(value, Decimal) else value
+    except NumberError:
+        if value.strip().lower().lstrip("+-") in ("nan", "snan", "inf", "infinity"):
+            raise EpsilonError(f"{name} must be a finite number") from None
+        raise EpsilonError(f"{name} must be a plain decimal number such as 0.5, got {value!r}") from None
     except (InvalidOperation, ValueError, TypeError):
         raise EpsilonError(f"{name} must be a number, got {value!r}") from None
     if not d.is_finite():

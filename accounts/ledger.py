@@ -144,9 +144,13 @@ def append(rows: Rows, *, shard: int) -> LedgerBlock:
     rec = rows.records
     if rec.shape[0] == 0:
         raise ValueError("a ledger block needs at least one entry")
-    head, _ = (LedgerHead.objects.select_for_update(of=("self",)).select_related("last_block")
-               .get_or_create(shard=shard))
-    prev = head.last_block.hash if head.last_block_id else GENESIS
+    head, _ = LedgerHead.objects.select_for_update().get_or_create(shard=shard)
+    # The previous block's hash is read after the lock, by its own query.  Joined into the locking SELECT
+    # (``select_related``), it came back NULL whenever the lock had waited: PostgreSQL re-reads the locked head
+    # row after the wait (EvalPlanQual) but joins it with the block rows of the statement's older snapshot,
+    # which lack the block the other writer just appended (docs/budget-rules.md#the-ledger).
+    prev = (LedgerBlock.objects.filter(pk=head.last_block_id).values_list("hash", flat=True).get()
+            if head.last_block_id else GENESIS)
     created_at = djtz.now()
     block = LedgerBlock.objects.create(shard=shard, prev_hash=prev, hash=block_hash(prev, created_at, rec, shard),
                                        entry_count=rec.shape[0], created_at=created_at)

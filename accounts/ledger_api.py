@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, generics, serializers
 from rest_framework.permissions import AllowAny
@@ -17,6 +16,7 @@ from rest_framework.views import APIView
 
 from ldpmarket import ledger_key, merkle
 from ldpmarket.api import AnonThrottle, CursorPagination
+from ldpmarket.fields import ID_SCHEMA, StrictIntegerField
 from ldpmarket.openapi import problems
 
 from . import ledger
@@ -90,8 +90,8 @@ class ConsistencySerializer(serializers.Serializer):
 
 
 class ConsistencyQuery(serializers.Serializer):
-    first = serializers.IntegerField(min_value=1)
-    second = serializers.IntegerField(min_value=1)
+    first = StrictIntegerField(min_value=1)
+    second = StrictIntegerField(min_value=1)
 
     def validate(self, attrs):
         if attrs["first"] > attrs["second"]:
@@ -100,8 +100,8 @@ class ConsistencyQuery(serializers.Serializer):
 
 
 @extend_schema_view(get=extend_schema(
-    parameters=[OpenApiParameter("first", OpenApiTypes.INT, required=True, description="Tree size of a checkpoint."),
-                OpenApiParameter("second", OpenApiTypes.INT, required=True,
+    parameters=[OpenApiParameter("first", ID_SCHEMA, required=True, description="Tree size of a checkpoint."),
+                OpenApiParameter("second", ID_SCHEMA, required=True,
                                  description="Tree size of a later (or the same) checkpoint.")],
     responses={200: ConsistencySerializer, **problems(400, 404, 429)}, auth=[]))
 class LedgerConsistencyView(APIView):

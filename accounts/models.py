@@ -7,7 +7,7 @@ single row can express them; the services keep the rest (with row locks) and
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractUser
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Round
 
@@ -44,6 +44,17 @@ class User(AbstractUser):
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(role__in=["owner", "buyer", "auditor", "staff"]),
                                               name="user_role_valid")]
+
+    def save(self, *args, **kwargs):
+        """Save; a new password (``set_password``, by any path: the portal, the admin, ``changepassword``, a
+        command) also revokes every API token of the user (docs/security.md#credentials-and-sign-in), as Django
+        already ends the user's other sessions.  ``_password`` is Django's mark of a password set since the
+        last save."""
+        password_changed = self._password is not None and self.pk is not None
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if password_changed:
+                self.auth_token_set.all().delete()
 
 
 class BudgetAccount(models.Model):

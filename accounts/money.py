@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ldpmarket import money as money_display
 from ldpmarket import pgbinary, storage
+from ldpmarket.numbers import parse_ascii_decimal
 from ldpmarket.problems import MoneyError, NotABuyer, PayoutRefused, TopUpConflict
 
 from . import ledger, roles
@@ -42,11 +43,13 @@ currency = money_display.currency  # the setting LDP_CURRENCY (one definition: l
 
 
 def parse_amount(raw) -> Decimal:
-    """A positive amount of at most two decimal places, as an exact Decimal; ``MoneyError`` otherwise."""
-    if isinstance(raw, float):
-        raw = repr(raw)
+    """A positive amount of at most two decimal places, as an exact Decimal; ``MoneyError`` otherwise.  Text must
+    be a plain ASCII decimal (``"100.00"``; not ``"1_000"``, ``"+5"``, ``"1e3"`` nor ``"١٠"``: ``ldpmarket.numbers``)."""
     try:
-        amount = Decimal(str(raw).strip())
+        if isinstance(raw, str):  # "-" read, for "must be positive" below
+            amount = parse_ascii_decimal(raw.strip(), signed=True)
+        else:
+            amount = Decimal(repr(raw) if isinstance(raw, float) else str(raw))
     except (InvalidOperation, ValueError):
         raise MoneyError(f"{raw!r} is not an amount: write it like 100.00.") from None
     if not amount.is_finite() or amount <= 0:

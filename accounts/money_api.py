@@ -4,7 +4,6 @@ Amounts are decimal strings with two places; every payload names its ``currency`
 """
 from __future__ import annotations
 
-import datetime as dt
 from decimal import Decimal
 
 from django.db.models import Q
@@ -16,6 +15,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ldpmarket.api import KEY_RE, IdempotencyKeyInvalid, IdempotencyKeyRequired, Problem
+from ldpmarket.fields import WhenFilter
+from ldpmarket.numbers import as_id
 from ldpmarket.openapi import problems as _problems
 
 from . import money, money_selectors, roles
@@ -60,19 +61,13 @@ class MoneyEntrySerializer(serializers.ModelSerializer):
         return money.currency()
 
 
-class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
-    """An ISO 8601 time compared in UTC: any offset Python reads (up to +-23:59) is converted first, so the
-    database never sees one it refuses (PostgreSQL stops at +-15:59)."""
-
-    def filter(self, qs, value):
-        return super().filter(qs, value.astimezone(dt.timezone.utc) if value is not None else value)
-
-
 class StatementFilter(filters.FilterSet):
-    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte",
-                                 help_text="Only movements at or after this time (ISO 8601).")
-    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt",
-                                 help_text="Only movements before this time (ISO 8601).")
+    # ISO 8601 (ASCII), compared in UTC: any offset Python reads (up to +-23:59) is converted first, so the
+    # database never sees one it refuses (PostgreSQL stops at +-15:59); one that leaves the years 1-9999 is a 400
+    since = WhenFilter(field_name="created_at", lookup_expr="gte",
+                       help_text="Only movements at or after this time (ISO 8601).")
+    until = WhenFilter(field_name="created_at", lookup_expr="lt",
+                       help_text="Only movements before this time (ISO 8601).")
 
     class Meta:
         model = MoneyEntry
@@ -158,7 +153,8 @@ class TopUpRequestSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=200)
 
     def validate_buyer(self, raw):
-        query = Q(username=raw) | (Q(id=int(raw)) if raw.isdigit() else Q())
+        by_id = as_id(raw)  # ASCII digits in range: not "١٠" nor "²" (isdigit() says yes to both)
+        query = Q(username=raw) | (Q(id=by_id) if by_id is not None else Q())
         found = list(User.objects.filter(query)[:2])
         if len(found) != 1:
             raise serializers.ValidationError(f"No single user is {raw!r}.")

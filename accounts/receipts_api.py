@@ -8,6 +8,8 @@ from urllib.parse import urlencode
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from ldpmarket.fields import StrictIntegerField
+
 from . import receipts
 
 #: Most values one page of receipts covers; ``next`` continues after the last one.
@@ -67,12 +69,13 @@ class ReceiptsSerializer(serializers.Serializer):
 
 
 class ReceiptsQuery(serializers.Serializer):
-    value = serializers.IntegerField(required=False, min_value=1, help_text="Only this value's receipts.")
-    tree_size = serializers.IntegerField(required=False, min_value=1,
-                                         help_text="Prove against the checkpoint of this tree size (default: the "
-                                                   "latest).")
-    after = serializers.IntegerField(required=False, min_value=0, help_text="Continue after this value id (the "
-                                                                          "`next` link sets it).")
+    """The query: integers in ASCII digits and in ``bigint`` range (``ldpmarket.fields.StrictIntegerField``)."""
+
+    value = StrictIntegerField(required=False, min_value=1, help_text="Only this value's receipts.")
+    tree_size = StrictIntegerField(required=False, min_value=1,
+                                   help_text="Prove against the checkpoint of this tree size (default: the latest).")
+    after = StrictIntegerField(required=False, min_value=0, help_text="Continue after this value id (the `next` "
+                                                                      "link sets it).")
 
 
 def receipts_response(request, value_ids: list[int], *, tree_size: int | None, more: bool) -> Response:

@@ -20,9 +20,10 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from accounts.admin import ReadOnlyAdmin, admin_link, plain_epsilon
+from accounts.admin import IdFilter, ReadOnlyAdmin, admin_link, id_filter, plain_epsilon
 from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
 from accounts.roles import can_audit
+from ldpmarket.numbers import NumberError, as_id, parse_ascii_int
 from market.models import Attribute
 
 from .budget_audit import audit_budgets
@@ -44,11 +45,24 @@ class AttributeListFilter(admin.SimpleListFilter):
         return queryset.filter(value__attribute_id=self.value()) if self.value() else queryset
 
 
+class ValueIdFilter(IdFilter):
+    """``?value=<id>``: a value's entries (the budget's link), read with ``LedgerEntry.objects.of_values`` (only
+    the compact rows holding the value are unnested)."""
+
+    title = "value"
+    parameter_name = "value"
+
+    def of(self, queryset, pk: int):
+        return queryset.of_values([pk])
+
+
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ("id", "created_at", "kind", "value_link", "purchase_link", "epsilon_text", "loss_change",
                     "ceiling_text")
-    list_filter = ("kind", "guarantee", ("created_at", admin.DateFieldListFilter), AttributeListFilter)
+    # the id filters are the links of a budget, a purchase and a block to their entries (shown only while set)
+    list_filter = ("kind", "guarantee", ("created_at", admin.DateFieldListFilter), AttributeListFilter,
+                   ValueIdFilter, id_filter("purchase"), id_filter("block"))
     search_ids = ("value_id", "purchase_id", "block_id")
     search_users = ("value__owner", "purchase__buyer")
     search_help_text = "A value, purchase or block id, or an owner's or buyer's username."
@@ -124,12 +138,13 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     def privacy_view(self, request):
         context = self._context(request, "Privacy audit by inference")
         try:
-            sample = min(max(int(request.GET.get("sample", 1000)), 2), 20000)
-            levels = min(max(int(request.GET.get("levels", 10)), 1), 50)
-        except ValueError:
+            sample = min(max(parse_ascii_int(request.GET.get("sample", "1000")), 2), 20000)
+            levels = min(max(parse_ascii_int(request.GET.get("levels", "10")), 1), 50)
+        except NumberError:
             sample, levels = 1000, 10
         attribute = request.GET.get("attribute", "")
-        ids = [int(attribute)] if attribute.isdigit() else None
+        pk = as_id(attribute)
+        ids = [pk] if pk is not None else None
         report = privacy_audit(sample=sample, levels=levels, attribute_ids=ids)
         return TemplateResponse(request, "admin/ldp/privacy_audit.html", {
             **context, "report": report, "plot": data_uri(report.png), "sample": sample, "levels": levels,

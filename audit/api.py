@@ -19,6 +19,7 @@ from accounts.models import LedgerEntry
 from accounts.receipts_api import ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
+from ldpmarket.fields import StrictIntegerField
 from ldpmarket.openapi import problems
 from ldpmarket.problems import NoSuchCheckpoint
 from mechanisms import registry
@@ -81,7 +82,7 @@ class LedgerEntryList(generics.ListAPIView):
 
 
 class AuditReceiptsQuery(ReceiptsQuery):
-    value = serializers.IntegerField(min_value=1, help_text="The value whose receipts to fetch.")
+    value = StrictIntegerField(min_value=1, help_text="The value whose receipts to fetch.")
 
 
 @extend_schema(summary="Receipts of a value", parameters=[AuditReceiptsQuery],

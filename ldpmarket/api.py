@@ -26,8 +26,10 @@ import codecs
 import json
 import logging
 import re
+from base64 import b64decode
 from decimal import Decimal
 from http import HTTPStatus
+from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -49,6 +51,7 @@ def _set_rollback() -> None:
 from django.views.defaults import bad_request, page_not_found, server_error
 
 from ldpmarket.cache import unreachable
+from ldpmarket.numbers import is_ascii_int, parse_ascii_int
 
 from .problems import PROBLEM_BASE, DomainError, EpsilonError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
 
@@ -120,6 +123,29 @@ def _flatten(errors, prefix: str = "") -> list[str]:
     return out
 
 
+def _field_errors(errors, prefix: str = "") -> dict[str, list]:
+    """``{field: [message, ...]}``, as the schema documents ``errors``, from DRF's nested structure: the errors of a
+    list's items and of nested fields are named like ``detail`` names them (``epsilons.0``)."""
+    out: dict[str, list] = {}
+
+    def add(found: dict) -> None:
+        for key, messages in found.items():
+            out.setdefault(key, []).extend(messages)
+
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            add(_field_errors(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(errors, list):
+        for value in errors:
+            if isinstance(value, (dict, list)):
+                add(_field_errors(value, prefix))
+            else:
+                out.setdefault(prefix or api_settings.NON_FIELD_ERRORS_KEY, []).append(value)
+    else:
+        out.setdefault(prefix or api_settings.NON_FIELD_ERRORS_KEY, []).append(errors)
+    return out
+
+
 def problem_response(*, status: int, detail: str, slug: str | None = None, title: str | None = None,
                      errors=None, instance: str | None = None, headers: dict | None = None,
                      extra: dict | None = None) -> HttpResponse:
@@ -179,6 +205,7 @@ def problem_exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         errors = exc.detail if isinstance(exc.detail, dict) else {api_settings.NON_FIELD_ERRORS_KEY: exc.detail}
         messages = _flatten(errors)
+        errors = _field_errors(errors)
         detail = "; ".join(messages) if messages else "The request is invalid."
         return problem_response(status=status, title="Invalid input", detail=detail, slug="invalid-input",
                                 errors=errors, instance=instance, headers=headers)
@@ -197,13 +224,15 @@ def domain_problem(exc: DomainError, *, instance: str | None = None) -> HttpResp
     """The problem document of a service error: its declared status, type and title; ``errors`` when it names
     fields; ``Retry-After`` when it declares one.  A fault (5xx but 503) is logged and its message not shown."""
     status, slug, title = problem_attributes(exc) or (exc.status, None, None)  # undeclared: about:blank
-    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+    if exc.location:
+        headers["Location"] = exc.location
     detail = str(exc)
     if status >= 500 and status != 503:
         log.error("%s at %s: %s", type(exc).__name__, instance, exc, exc_info=exc)
         detail = "An internal error occurred; it has been logged."
     return problem_response(status=status, title=title, detail=detail, slug=slug, errors=exc.errors,
-                            instance=instance, headers=headers, extra=exc.extra)
+                            instance=instance, headers=headers or None, extra=exc.extra)
 
 
 def trailing_slash_response(request) -> HttpResponse:
@@ -298,12 +327,24 @@ def _refuse_constant(name):
 # ---------------------------------------------------------------------------------------------- pagination
 
 class CursorPagination(pagination.CursorPagination):
-    """Opaque cursors over ``-id`` (newest first); ``?page_size=`` up to 500."""
+    """Opaque cursors over ``-id`` (newest first); ``?page_size=`` up to 500.
+
+    Every ordering is an integer column (an id, a tree size), so a cursor's position is read like every number of
+    a request (``ldpmarket.numbers``): ASCII digits in ``bigint`` range, as are its offset and its reverse flag.
+    Anything else, a cursor no page link makes, is a 400 on ``cursor`` and never reaches the database.  A page size
+    that is not such a number is ignored (the default), as REST framework does; above the maximum, the maximum."""
 
     ordering = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request):
+        raw = request.query_params.get(self.page_size_query_param)
+        if not is_ascii_int(raw) or not raw.strip("0"):  # not a number, or 0: the default
+            return self.page_size
+        digits = raw.lstrip("0")
+        return self.max_page_size if len(digits) > 18 else min(int(digits), self.max_page_size)
 
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)
@@ -314,12 +355,23 @@ class CursorPagination(pagination.CursorPagination):
         return parameters
 
     def decode_cursor(self, request):
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is None:
+            return None
         try:
-            return super().decode_cursor(request)
-        except exceptions.NotFound:
+            tokens = parse_qs(b64decode(encoded.encode("ascii")).decode("ascii"), keep_blank_values=True)
+            if not tokens.keys() <= {"o", "r", "p"} or any(len(v) > 1 for v in tokens.values()):
+                raise ValueError("not a cursor a page link makes")
+            offset = min(parse_ascii_int(tokens.get("o", ["0"])[0]), self.offset_cutoff)
+            reverse = parse_ascii_int(tokens.get("r", ["0"])[0], max=1)
+            position = tokens.get("p", [None])[0]
+            if position is not None:
+                parse_ascii_int(position)  # the filter's value, as text: an integer the column can hold
+        except (TypeError, ValueError):  # binascii.Error, UnicodeError and NumberError are ValueErrors
             raise exceptions.ValidationError(
                 {self.cursor_query_param: ["This cursor is not valid: use the next or previous link of a page."]}
             ) from None
+        return pagination.Cursor(offset=offset, reverse=bool(reverse), position=position)
 
 
 # ----------------------------------------------------------------------------------------------- throttles

@@ -4,12 +4,16 @@ Everything the service keeps in the cache can be lost or recomputed: API throttl
 sign-in failure counts, purchase progress, cached estimates.  So a Redis outage must not turn requests into
 errors.  :class:`FallbackRedisCache` is Django's ``RedisCache`` with
 
-* short socket timeouts (``socket_connect_timeout``, ``socket_timeout``; OPTIONS), so an unreachable Redis
-  costs at most about a second, not a hung request;
+* short socket timeouts (``socket_connect_timeout``, ``socket_timeout``: OPTIONS ``timeout``, default 0.5 s,
+  ``LDP_CACHE_TIMEOUT_SECONDS``), so an unreachable or hung Redis costs a request at most that once;
 * a fallback: an operation that fails with a connection error (or a timeout, or a read-only replica) is done
   on a local-memory cache of this process instead, and for ``retry_after`` seconds (OPTIONS, default 5) every
-  operation goes there directly, without trying Redis; then Redis is tried again.  A warning is logged when
-  Redis is lost and when it is back.
+  operation goes there directly, without trying Redis; then **one** operation of the process tries Redis
+  again (the probe) while the others keep to the local cache, so a Redis that stays down stalls one request
+  per window, not every request in flight.  A warning is logged when Redis is lost and when it is back.
+
+The bound (issue 27): with Redis hung (connections accepted, nothing answered), a request waits at most one
+``timeout`` for the cache, measured in ``tests/ldpmarket/test_outages.py`` (docs/operations.md#redis-down).
 
 While Redis is down each process counts throttles and sign-in failures on its own (limits hold per process);
 progress written by a worker is not seen by the web processes; cached estimates are recomputed.
@@ -49,8 +53,9 @@ class FallbackRedisCache(RedisCache):
         params = dict(params)
         options = dict(params.get("OPTIONS") or {})
         self.retry_after = float(options.pop("retry_after", 5))
-        options.setdefault("socket_connect_timeout", 1)
-        options.setdefault("socket_timeout", 2)
+        timeout = float(options.pop("timeout", 0.5))
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
         params["OPTIONS"] = options
         super().__init__(server, params)
         self.location = server if isinstance(server, str) else ",".join(server)
@@ -64,8 +69,22 @@ class FallbackRedisCache(RedisCache):
     def redis_down(self) -> bool:
         return time.monotonic() < _down_until.get(self.location, 0.0)
 
+    def _may_try_redis(self) -> bool:
+        """Up: every operation uses Redis.  Down: none until ``retry_after`` has passed; then the first operation
+        to ask is the probe, and the window is moved on at once so that the others keep to the local cache
+        while it waits for Redis."""
+        with _lock:
+            until = _down_until.get(self.location, 0.0)
+            if until == 0.0:
+                return True
+            now = time.monotonic()
+            if now < until:
+                return False
+            _down_until[self.location] = now + self.retry_after  # this caller probes; the others wait
+            return True
+
     def _call(self, name: str, *args, **kwargs):
-        if not self.redis_down():
+        if self._may_try_redis():
             try:
                 result = getattr(super(), name)(*args, **kwargs)
             except unreachable() as exc:

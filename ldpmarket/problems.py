@@ -46,6 +46,8 @@ class DomainError(Exception):
     slug: str = ""
     title: str = ""
     retry_after: int | None = None
+    #: Sent as ``Location`` when set (the interface that knows the URL sets it: a purchase interrupted mid-way).
+    location: str | None = None
     #: Members added to the problem document (``NothingToSell``: the candidates and why each was left out).
     extra: dict | None = None
 
@@ -83,6 +85,19 @@ class EpsilonError(ValueError):
 
 # An invalid epsilon is an invalid field: sent exactly like a validation error of ``epsilon``.
 declare(EpsilonError, status=400, slug="invalid-input", title="Invalid input")
+
+
+# ------------------------------------------------------------------------------- Numbers (ldpmarket.numbers)
+
+
+class NumberError(DomainError, ValueError):
+    """Text that is not a plain ASCII number (``"1_000"``, ``"+5"``, ``"1e3"``, ``"١٠"``), or an integer out of
+    its range.  Every interface sends it as an invalid field (``invalid-input`` naming the field); should one
+    escape, it is still a 400 of its own type, never a 500."""
+
+    status = 400
+    slug = "invalid-number"
+    title = "Invalid number"
 
 
 # ------------------------------------------------------------------------------ Roles (accounts.roles)
@@ -255,6 +270,23 @@ class ChainConflict(PurchaseConflict):
     slug = "chain-conflict"
     title = "Chains changed meanwhile"
     retry_after = 1
+
+
+class PurchaseInterrupted(PurchaseError):
+    """The database failed while a purchase claimed by this request ran in it (a lost connection, a restart).
+    Its one transaction rolled back, so nothing was released or charged; the purchase exists (``purchase``,
+    ``Location``) and is run again by a retry with the same Idempotency-Key (charged once), or by the sweeper
+    (docs/operations.md#recovery-nothing-stays-stranded)."""
+
+    status = 503
+    slug = "purchase-interrupted"
+    title = "Purchase interrupted"
+    retry_after = 5
+
+    def __init__(self, message: str, *, purchase_id: int | None = None):
+        super().__init__(message)
+        self.purchase_id = purchase_id
+        self.extra = {"purchase": purchase_id} if purchase_id is not None else None
 
 
 class ParameterError(PurchaseError):

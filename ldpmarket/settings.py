@@ -222,8 +222,8 @@ else:
 # chain could grow since that long and no extension of it runs.  Workers retry a lost broker for ever (Celery's
 # default gives up after 100 tries and exits).  The cache falls back to process memory while Redis is down
 # (ldpmarket.cache), trying Redis again after LDP_CACHE_RETRY_SECONDS.
-LDP_SWEEP_INTERVAL_SECONDS = env.float("LDP_SWEEP_INTERVAL_SECONDS", default=60.0)
-LDP_STALE_AFTER_SECONDS = env.int("LDP_STALE_AFTER_SECONDS", default=300)
+LDP_SWEEP_INTERVAL_SECONDS = env.float("LDP_SWEEP_INTERVAL_SECONDS", default=15.0)
+LDP_STALE_AFTER_SECONDS = env.int("LDP_STALE_AFTER_SECONDS", default=60)
 LDP_PURCHASE_MAX_ATTEMPTS = env.int("LDP_PURCHASE_MAX_ATTEMPTS", default=3)
 CELERY_BEAT_SCHEDULE["sweep-stranded"] = {
     "task": "market.tasks.sweep_stranded",
@@ -261,7 +261,8 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 if REDIS_URL:
     CACHES["default"] = {"BACKEND": "ldpmarket.cache.FallbackRedisCache", "LOCATION": REDIS_URL,
-                         "OPTIONS": {"retry_after": env.float("LDP_CACHE_RETRY_SECONDS", default=5.0)}}
+                         "OPTIONS": {"retry_after": env.float("LDP_CACHE_RETRY_SECONDS", default=5.0),
+                                     "timeout": env.float("LDP_CACHE_TIMEOUT_SECONDS", default=0.5)}}
 
 # Chain extension: values per transaction (memory stays flat in the number of values).
 LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=65536)
@@ -318,6 +319,10 @@ SPECTACULAR_SETTINGS = {
         "SurveyMechanismEnum": "market.models.SURVEY_MECHANISMS",
         "GuaranteeEnum": "accounts.models.LedgerEntry.Guarantee",
     },
+    # <ascii_id:pk> (ldpmarket.fields.IdConverter): an id, 1 to 2^63-1 (ldpmarket.numbers.BIGINT_MAX)
+    "PATH_CONVERTER_OVERRIDES": {"ascii_id": {"type": "integer", "minimum": 1, "maximum": 2 ** 63 - 1}},
+    # path() routes show their format-suffix twins (/purchases/1.json) as operations of their own: left out
+    "PREPROCESSING_HOOKS": ["drf_spectacular.hooks.preprocess_exclude_path_format"],
 }
 
 LOGGING = {

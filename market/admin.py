@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from accounts import roles
 from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
 from accounts.epsilon import MICRO, to_micro
+from ldpmarket.numbers import as_id
 
 from . import chainstore, domain, sealing
 from .models import Attribute, Dataset, Purchase, PurchaseChunk, Value
@@ -169,10 +170,11 @@ class ValueAdmin(ReadOnlyAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = dict(extra_context or {})
-        if str(object_id).isdigit():
-            extra.update(self._steps(request, int(object_id)))
-        if roles.can_read_raw_values(request.user) and str(object_id).isdigit():
-            row = Value.objects.filter(id=int(object_id)).values_list("raw_sealed", "owner_id", "attribute_id").first()
+        pk = as_id(str(object_id))
+        if pk is not None:
+            extra.update(self._steps(request, pk))
+        if roles.can_read_raw_values(request.user) and pk is not None:
+            row = Value.objects.filter(id=pk).values_list("raw_sealed", "owner_id", "attribute_id").first()
             if row is not None:
                 extra["raw_value_shown"] = True
                 if row[0] is None:

@@ -34,6 +34,7 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+from ldpmarket.numbers import is_ascii_int, parse_ascii_decimal
 from ldpmarket.problems import InvalidAttribute, InvalidValue
 from mechanisms import registry
 from mechanisms.numeric import discretize
@@ -176,9 +177,10 @@ def to_inputs(attribute: Attribute, raws: list, rng=None) -> tuple[np.ndarray, n
     elif kind == Attribute.Kind.NUMERIC:
 
         try:
-            x = np.array([float(Decimal(str(r))) for r in raws], dtype=np.float64)
+            x = np.array([float(_decimal(r)) for r in raws], dtype=np.float64)
         except (InvalidOperation, ValueError, TypeError):
-            raise InvalidValue("the value must be a number") from None
+            raise InvalidValue(f"the value must be a number between {attribute.low} and {attribute.high}, written "
+                               f"with the digits 0-9 and a point") from None
         low, high = float(attribute.low), float(attribute.high)
         if n and (not np.isfinite(x).all() or x.min() < low or x.max() > high):
             raise InvalidValue(f"the value must be a number between {attribute.low} and {attribute.high}")
@@ -232,6 +234,14 @@ def oneshot_inputs(attribute: Attribute, payload: np.ndarray) -> np.ndarray:
     return from_payload(attribute, payload).reshape(-1)
 
 
+def _decimal(x) -> Decimal:
+    """A number of a raw value: text must be a plain ASCII decimal, "-" allowed (``ldpmarket.numbers``; not
+    "1_000", "+5", "1e3" nor "١٠"); JSON numbers are numbers already."""
+    if isinstance(x, str):
+        return parse_ascii_decimal(x.strip(), signed=True)
+    return Decimal(str(x))
+
+
 def _json_or(raw):
     if isinstance(raw, str):
         try:
@@ -245,7 +255,7 @@ def _number(x, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (numbers.Real, str, Decimal)):
         raise InvalidValue(f"{what} must be a number")
     try:
-        v = float(Decimal(str(x).strip()))
+        v = float(_decimal(x))
     except (InvalidOperation, ValueError):
         raise InvalidValue(f"{what} must be a number, got {x!r}") from None
     if not math.isfinite(v):
@@ -262,8 +272,8 @@ def _by_name(raw, names: list[str], what: str, *, allow_null: bool) -> list:
         for key, entry in raw.items():
             if isinstance(key, str) and key in index:
                 i = index[key]
-            elif isinstance(key, (str, int)) and not isinstance(key, bool) and str(key).isdigit() \
-                    and int(key) < len(names):
+            elif isinstance(key, (str, int)) and not isinstance(key, bool) and is_ascii_int(str(key)) \
+                    and len(str(key)) < 10 and int(key) < len(names):  # "²" and "١" are no index
                 i = int(key)
             else:
                 raise InvalidValue(f"{key!r} is not one of the {what}: {', '.join(names[:10])}"

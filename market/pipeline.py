@@ -19,11 +19,12 @@ view and the task only parse, call and respond.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -31,7 +32,7 @@ from accounts.epsilon import MAX_SALE_EPSILON, parse
 from accounts.models import User
 from ldpmarket import jobs
 from ldpmarket.problems import (IdempotencyConflict, InFlight, NothingToSell, NotForSale, PriceChanged, PurchaseConflict,
-                                PurchaseError)
+                                PurchaseError, PurchaseInterrupted)
 
 from . import oneshot, purchases, selectors
 from .models import Attribute, Purchase
@@ -39,6 +40,7 @@ from .oneshot_specs import Spec
 from .progress import progress_reporter, progress_set
 from .purchases import purchase_fail
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PurchaseRequest:
@@ -142,7 +144,16 @@ def _run_or_enqueue(purchase: Purchase, candidates: int, total: int, *, created:
         jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
         purchase.refresh_from_db()
         return Outcome(purchase, created, True)
-    return Outcome(purchase_run(purchase_id=purchase.id, max_price=max_price, total=total), created, False)
+    try:
+        return Outcome(purchase_run(purchase_id=purchase.id, max_price=max_price, total=total), created, False)
+    except (OperationalError, InterfaceError) as exc:
+        # The database went away mid-way: the purchase's transaction rolled back, the claim stays.  The buyer
+        # gets its id and retries it with the same key (or the sweeper runs it): a 503, not a 500 with no id.
+        log.warning("purchase %s interrupted by a database failure: %s", purchase.id, exc)
+        raise PurchaseInterrupted(
+            f"The database failed while purchase {purchase.id} ran; nothing was released or charged. Retry the "
+            f"request with the same Idempotency-Key: it runs the purchase once (or shows it completed).",
+            purchase_id=purchase.id) from exc
 
 
 def _replay(purchase: Purchase) -> Outcome:
@@ -179,15 +190,22 @@ def _locked(purchase_id: int) -> bool:
 
 
 def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | None = None,
-                 conflicts_retried: bool = False) -> Purchase:
+                 conflicts_retried: bool = False, skip_if_held: bool = False) -> Purchase:
     """Execute a claimed purchase now, making its status changes: ``running`` (one more attempt, a fresh
     heartbeat), then completed by its one transaction (``purchases.purchase_execute``: idempotent, a completed
     purchase is returned as it is), or ``failed`` with the reason when the rules refuse it (``PurchaseError``,
-    raised again).  ``total`` sizes the progress reports (counted now when not given).  A worker retries a
+    raised again).  ``skip_if_held`` (workers): a purchase another transaction is executing is returned as it
+    is.  ``total`` sizes the progress reports (counted now when not given).  A worker retries a
     ``PurchaseConflict`` (a concurrent change; nothing was written) itself: ``conflicts_retried`` leaves the
     purchase running then."""
     purchase = Purchase.objects.select_related("attribute").get(id=purchase_id)
     if purchase.status == Purchase.Status.COMPLETED:
+        return purchase
+    if skip_if_held and _locked(purchase_id):
+        # A worker: another transaction is executing it right now (its row lock is its heartbeat, and ends with
+        # its session).  A copy sent by the sweeper or redelivered returns at once instead of holding a worker
+        # until the first finishes; if that one dies, the sweeper sends it again
+        # (docs/operations.md#recovery-nothing-stays-stranded).
         return purchase
     if total is None:  # a worker: size the progress reports now
         _, total = selectors.request_size(purchase)

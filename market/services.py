@@ -192,10 +192,9 @@ def _check_upload(attribute: Attribute, head: int, epsilons: list, outputs: list
     if eps[-1] > grid.stop:
         raise CustodyRefused(f"The upload level {from_micro(int(eps[-1]))} is above the attribute's cap "
                              f"{from_micro(grid.stop)}.", field="epsilons")
-    outs = np.asarray(outputs, dtype=np.int64)
-    if ((outs < 0) | (outs >= m)).any():
+    if any(not 0 <= o < m for o in outputs):  # before numpy: 2**63 does not even fit its int64
         raise CustodyRefused(f"Outputs are label indices from 0 to {m - 1}.", field="outputs")
-    return eps, outs
+    return eps, np.asarray(outputs, dtype=np.int64)
 
 
 def value_delete_raw(*, value_id: int) -> Value:

@@ -94,7 +94,7 @@ def run_purchase(self, purchase_id: int) -> str:
     if not Purchase.objects.filter(id=purchase_id).exists():
         return "missing"
     try:
-        return purchase_run(purchase_id=purchase_id, conflicts_retried=True).status
+        return purchase_run(purchase_id=purchase_id, conflicts_retried=True, skip_if_held=True).status
     except PurchaseConflict as exc:  # a concurrent change: nothing was written, running again succeeds
         raise self.retry(exc=exc, countdown=1) from None
     except PurchaseError:  # recorded as failed, with the reason, by purchase_run

@@ -21,6 +21,8 @@ from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import User
 from accounts.lockout import LockoutFormMixin
 from accounts.services import BudgetError, Schedule
+from ldpmarket.fields import StrictDecimalFormField, StrictIntegerFormField
+from ldpmarket.numbers import NumberError, parse_ascii_decimal
 from market.domain import MAX_STRING, labels_of
 from market.models import Attribute
 
@@ -55,12 +57,11 @@ class EpsilonField(forms.CharField):
         if value in self.empty_values:
             return None
         what = self.what[:1].upper() + self.what[1:]
-        try:
-            d = Decimal(value.replace(",", "."))
-        except InvalidOperation:
-            raise ValidationError(f"{what} must be a number, for example 0.5 or 2.", code="invalid") from None
-        if not d.is_finite():
-            raise ValidationError(f"{what} must be an ordinary number, for example 0.5 or 2.", code="invalid")
+        text = value.replace(",", ".")
+        try:  # a plain ASCII decimal (ldpmarket.numbers), "," read as the point; "-" for the message below
+            d = parse_ascii_decimal(text, signed=True)
+        except NumberError:
+            raise ValidationError(_not_plain(what, text), code="invalid") from None
         if d < 0 or (d == 0 and not self.allow_zero):
             raise ValidationError(f"{what} cannot be {'negative' if d < 0 else 'zero'}.", code="range")
         if d > MAX_EPSILON:
@@ -70,6 +71,17 @@ class EpsilonField(forms.CharField):
         except EpsilonError:
             raise ValidationError(f"{what} can have at most {PLACES} digits after the decimal point.",
                                   code="precision") from None
+
+
+def _not_plain(what: str, text: str) -> str:
+    """Why ``text`` is not an epsilon, in the words of what Python would have made of it."""
+    try:
+        looks = Decimal(text)  # NaN, Infinity, 1e9, 1_000, +5, ١٠: numbers to Python, not here
+    except (InvalidOperation, ValueError):
+        return f"{what} must be a number, for example 0.5 or 2."
+    if not looks.is_finite():
+        return f"{what} must be an ordinary number, for example 0.5 or 2."
+    return f"{what} must be written with the digits 0 to 9 and a point only, for example 0.5 or 2."
 
 
 # ------------------------------------------------------------------------------------------ signing in
@@ -149,8 +161,8 @@ class ScheduleForm(PlainLabels, forms.Form):
     start = EpsilonField(what="Starting ε", label="Starting ε (now)")
     cap = EpsilonField(what="Final ε (cap)", label="Final ε (cap)",
                        help_text="The ceiling reached at the end of the schedule; it stays there afterwards.")
-    duration = forms.DecimalField(
-        label="Duration", min_value=Decimal("0.001"), max_digits=12, decimal_places=3,
+    duration = StrictDecimalFormField(
+        signed=True, label="Duration", min_value=Decimal("0.001"), max_digits=12, decimal_places=3,
         widget=_number_widget(min="0.001"),
         error_messages={"required": "Please enter how long the schedule lasts.",
                         "invalid": "The duration must be a number, for example 30.",
@@ -165,8 +177,8 @@ class ScheduleForm(PlainLabels, forms.Form):
         choices=[("linear", "Steadily (linear)"), ("steps", "In equal steps")],
         error_messages={"required": "Please choose how the ceiling grows.",
                         "invalid_choice": "Please choose steadily or in steps."})
-    steps = forms.IntegerField(
-        label="Number of steps", required=False, min_value=1, max_value=10000, widget=forms.NumberInput(
+    steps = StrictIntegerFormField(
+        signed=True, label="Number of steps", required=False, min_value=1, max_value=10000, widget=forms.NumberInput(
             attrs={"min": "1", "max": "10000"}),
         help_text="Only for growth in steps.",
         error_messages={"invalid": "The number of steps must be a whole number, for example 10.",
@@ -272,8 +284,8 @@ def raw_field(attribute: Attribute) -> forms.Field:
     if kind == Attribute.Kind.NUMERIC:
         low, high = (Decimal(f"{d.normalize():f}") for d in (attribute.low, attribute.high))
         between = f"between {low:f} and {high:f}"
-        return forms.DecimalField(
-            label=label, min_value=low, max_value=high,
+        return StrictDecimalFormField(
+            signed=True, label=label, min_value=low, max_value=high,
             help_text=f"A number {between}. {help_text}".strip(),
             widget=_number_widget(min=f"{low:f}", max=f"{high:f}"),
             error_messages={"required": f"Please enter a number {between}.",
@@ -329,13 +341,12 @@ class NamedNumbersWidget(forms.MultiWidget):
 
 
 def _parse_number(text: str) -> Decimal:
+    """A plain ASCII decimal (``ldpmarket.numbers``), signed; a typographic minus reads as "-" and a decimal comma
+    as the point.  ``NumberError`` (a ``ValueError``) for anything else."""
     text = text.strip().translate(_MINUS)
-    if re.fullmatch(r"[+-]?\d+,\d+", text):
+    if re.fullmatch(r"-?[0-9]+,[0-9]+", text):
         text = text.replace(",", ".")
-    d = Decimal(text)  # InvalidOperation for anything that is not a number
-    if not d.is_finite():
-        raise InvalidOperation(text)
-    return d
+    return parse_ascii_decimal(text, signed=True)
 
 
 class NamedNumbersField(forms.Field):
@@ -415,15 +426,20 @@ class NamedNumbersField(forms.Field):
             if key in out:
                 errors.append(f"line {number}: “{key}” is given twice")
                 continue
-            out[key] = _parse_number(text_number)
+            try:
+                out[key] = _parse_number(text_number)
+            except NumberError:
+                errors.append(f"line {number}: “{text_number}” is not a number; write it like 0.25")
+                continue
         if errors:
             more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
             raise ValidationError("Please check " + "; ".join(errors[:3]) + more + ".", code="invalid")
         return out
 
 
-#: A line "name number": the name may hold spaces; ":", "=", "," or ";" may separate it from the number.
-_LINE = re.compile(r"^(?P<name>.+?)[\s:=,;]+(?P<number>[+\-\u2212\u2013]?(?:\d+(?:[.,]\d*)?|[.,]\d+))$")
+#: A line "name number": the name may hold spaces; ":", "=", "," or ";" may separate it from the number (which
+#: ``_parse_number`` reads: ASCII digits only).
+_LINE = re.compile(r"^(?P<name>.+?)[\s:=,;]+(?P<number>[\-\u2212\u2013]?(?:[0-9]+(?:[.,][0-9]*)?|[.,][0-9]+))$")
 
 
 def _names(names: list[str]) -> str:
@@ -531,8 +547,8 @@ class PumTagForm(PlainLabels, forms.Form):
 class PayoutForm(PlainLabels, forms.Form):
     """An owner's payout request: an amount, or blank for the whole earnings balance (whole cents)."""
 
-    amount = forms.DecimalField(
-        label="Amount", required=False, min_value=Decimal("0.01"), max_digits=14, decimal_places=2,
+    amount = StrictDecimalFormField(
+        signed=True, label="Amount", required=False, min_value=Decimal("0.01"), max_digits=14, decimal_places=2,
         help_text="Leave blank to ask for your whole earnings balance (in whole cents).",
         error_messages={"min_value": "Please enter a positive amount.",
                         "max_decimal_places": "Please use at most two decimal places (cents).",

@@ -29,6 +29,7 @@ from accounts import money, money_selectors, receipts, roles
 from accounts.epsilon import EpsilonError
 from accounts.models import MoneyAccount
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
+from ldpmarket.numbers import as_id
 from ldpmarket.problems import NoSuchCheckpoint
 from market.domain import InvalidValue
 from market.models import Value
@@ -416,10 +417,11 @@ def value_receipts(request, value_id: int):
     """The value's receipts file (docs/receipts.md#the-receipts-file) against the latest checkpoint, or the one of
     ``?tree_size=``: downloaded from the value page, and checked there by the owner's browser."""
     tree_size = request.GET.get("tree_size", "")
-    if tree_size and not (tree_size.isdigit() and int(tree_size) > 0):
+    size = as_id(tree_size)  # ASCII digits, 1 to 2^63-1 (isdigit() also says yes to "²", which int() refuses)
+    if tree_size and size is None:
         return HttpResponse("tree_size must be a positive integer.", status=400, content_type="text/plain")
     try:
-        bundle = receipts.receipts_bundle(value_ids=[value_id], tree_size=int(tree_size) if tree_size else None)
+        bundle = receipts.receipts_bundle(value_ids=[value_id], tree_size=size)
     except NoSuchCheckpoint as exc:
         raise Http404(str(exc)) from exc
     bundle["next"] = None

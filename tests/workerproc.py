@@ -152,6 +152,18 @@ class RedisServer:
         subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True)
         wait_until(lambda: not self.ping(), 10, message=lambda: f"redis-server on {self.port} did not stop")
 
+    def _pid(self) -> int:
+        return int((self.dir / f"redis-{self.port}.pid").read_text().strip())
+
+    def freeze(self) -> None:
+        """SIGSTOP: the server still accepts connections (the kernel does) but answers nothing, like a hung
+        host or a network partition, the outage that costs clients their timeouts."""
+        os.kill(self._pid(), signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self._pid(), signal.SIGCONT)
+        wait_until(self.ping, 10, message=lambda: f"redis-server on {self.port} did not answer again")
+
 
 class Broker:
     """A private broker namespace (Redis database + key prefix + queue) for this test's workers.

@@ -110,6 +110,10 @@ PurchaseConflict = _problem("PurchaseConflict", slug="purchase-conflict",
 ChainConflict = _problem("ChainConflict", slug="chain-conflict",
                          doc="503: a chain point was written by another writer meanwhile; nothing was written "
                              "(retried after Retry-After).")
+PurchaseInterrupted = _problem("PurchaseInterrupted", slug="purchase-interrupted",
+                               doc="503: the database failed while the purchase ran in the request; nothing was "
+                                   "charged. ``body['purchase']`` is its id; retried with the same "
+                                   "Idempotency-Key after Retry-After.")
 TrailingSlashRequired = _problem("TrailingSlashRequired", slug="trailing-slash-required",
                                  doc="404: a request with a body to a path without its trailing slash.")
 # Types the API does not send as such today (docs/errors.md, second table), known so that they stay typed.
@@ -129,6 +133,8 @@ AttributeMisconfigured = _problem("AttributeMisconfigured", slug="attribute-misc
 SignInLocked = _problem("SignInLocked", slug="sign-in-locked",
                         doc="429: too many failed sign-ins for this account or address; retry after Retry-After.")
 InvalidAmount = _problem("InvalidAmount", slug="invalid-amount", doc="400: an amount of money that is not valid.")
+InvalidNumber = _problem("InvalidNumber", slug="invalid-number",
+                         doc="400: a number that is not plain ASCII digits (and a point), or out of its range.")
 NotABuyer = _problem("NotABuyer", slug="not-a-buyer", doc="400: a top-up for a user who is not a buyer.")
 PayoutRefused = _problem("PayoutRefused", slug="payout-refused", doc="409: a payout request the rules refuse.")
 TopUpKeyReused = _problem("TopUpKeyReused", slug="topup-key-reused",

@@ -28,7 +28,7 @@ from market.models import Attribute, Value
 from market.services import value_create, value_upload_chain
 from portal.selectors import ValueRow, owner_value_row, owner_values_of
 
-from .serializers import GridSerializer
+from .serializers import AttributeIdField, GridSerializer
 
 #: Most chain points one upload may carry (a grid has at most this many points: 30 / 0.01 steps and more).
 MAX_UPLOAD = 100_000
@@ -71,7 +71,7 @@ class OwnerValueSerializer(serializers.Serializer):
 
 
 class ContributeSerializer(serializers.Serializer):
-    attribute = serializers.PrimaryKeyRelatedField(queryset=Attribute.objects.all())
+    attribute = AttributeIdField(help_text="The attribute's id (see the catalog).")
     custody = serializers.ChoiceField(choices=Value.Custody.choices, default=Value.Custody.SERVICE)
     value = serializers.JSONField(required=False, help_text="The raw value: service custody only. An owner-held "
                                                             "value never leaves the owner's device.")
@@ -159,6 +159,7 @@ class OwnerValueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     throttle_classes = [AnonThrottle, UserThrottle]
     serializer_class = OwnerValueSerializer
     filter_backends: list = []
+    lookup_value_converter = "ascii_id"  # an id in ASCII digits, in range, or no route: 404 (ldpmarket.fields)
 
     def get_queryset(self):
         user = self.request.user
@@ -176,7 +177,7 @@ class OwnerValueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(summary="One of your values", responses={200: OwnerValueSerializer,
                                                             **problems(401, 403, 404, 429)})
     def retrieve(self, request, *args, **kwargs):
-        return Response(payload(owner_value_row(request.user, int(self.kwargs["pk"]))))
+        return Response(payload(owner_value_row(request.user, self.kwargs["pk"])))  # an int: <ascii_id:pk>
 
     @extend_schema(summary="Contribute a value", request=ContributeSerializer,
                    responses={201: OwnerValueSerializer, **problems(400, 401, 403, 429, CustodyRefused, BudgetError)})
@@ -195,7 +196,7 @@ class OwnerValueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                    responses={200: OwnerValueSerializer, **problems(400, 401, 403, 404, 429, CustodyRefused)})
     @action(detail=True, methods=["post"], url_path="chain")
     def chain(self, request, pk=None):
-        row = owner_value_row(request.user, int(pk))
+        row = owner_value_row(request.user, pk)  # an int: <ascii_id:pk>
         form = ChainUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         value_upload_chain(value_id=row.value.id, owner=request.user, epsilons=form.validated_data["epsilons"],

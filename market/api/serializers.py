@@ -17,13 +17,14 @@ from rest_framework import serializers
 from accounts import roles
 from accounts.epsilon import MAX_SALE_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import LedgerEntry
+from ldpmarket.fields import StrictIntegerField
+from ldpmarket.numbers import BIGINT_MAX, NumberError, parse_ascii_decimal
 from ldpmarket.problems import ParameterError
 from market import oneshot_specs
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase
 from market import selectors
 from market.selectors import progress_get
 
-BIGINT_MAX = 2 ** 63 - 1
 COHORT_MAX = 32767
 
 
@@ -67,9 +68,9 @@ class ProbabilityField(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, (str, int, Decimal)):
             self.fail("invalid", message="This must be a number in [0, 1].")
-        try:
-            d = Decimal(data.strip() if isinstance(data, str) else data)
-        except ArithmeticError:
+        try:  # text: a plain ASCII decimal (ldpmarket.numbers)
+            d = parse_ascii_decimal(data.strip()) if isinstance(data, str) else Decimal(data)
+        except (ArithmeticError, NumberError):
             self.fail("invalid", message="This must be a number in [0, 1].")
         if not d.is_finite() or d < 0 or d > 1:
             self.fail("invalid", message="This must be a number in [0, 1].")
@@ -88,7 +89,7 @@ class AttributeIdField(serializers.PrimaryKeyRelatedField):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("queryset", Attribute.objects.select_related("dataset"))
-        kwargs.setdefault("pk_field", serializers.IntegerField(min_value=1, max_value=BIGINT_MAX))
+        kwargs.setdefault("pk_field", StrictIntegerField(min_value=1, max_value=BIGINT_MAX))
         super().__init__(**kwargs)
 
 
@@ -251,7 +252,7 @@ class MechanismParametersMixin(serializers.Serializer):
 
 class _RequestBase(serializers.Serializer):
     attribute = AttributeIdField(help_text="The attribute's id (see the catalog).")
-    cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX,
+    cohort = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX,
                                       help_text="String attributes: only the values of this RAPPOR cohort.")
 
 
@@ -380,7 +381,7 @@ class PurchaseCreateSerializer(MechanismParametersMixin):
     quote = serializers.CharField(required=False, max_length=4000, help_text="A quote from POST /api/v1/quotes/.")
     attribute = AttributeIdField(required=False)
     epsilon = EpsilonField(required=False)
-    cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
+    cohort = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
     request_fields = ("attribute", "epsilon", "family", "eps1", "eps2", "theta")
     survey = False
 
@@ -421,7 +422,7 @@ class SurveyRequestSerializer(SurveyParametersMixin):
                                                   "guarantee: per-report epsilon under a non-collusion assumption.")
     epsilon = EpsilonField(help_text="Each answer's epsilon (improved Christofides: the target; the deck dealt "
                                      "may realise less, which is what is charged).")
-    cohort = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
+    cohort = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=COHORT_MAX)
 
     def validate(self, attrs):
         return check_spec(attrs, survey=True)

@@ -2,6 +2,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+import ldpmarket.fields  # noqa: F401 (registers the path converter ascii_id)
 from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
 from accounts.ledger_api import LedgerCheckpointList, LedgerConsistencyView, LedgerPublicKeyView
 from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
@@ -12,7 +13,9 @@ from .views import DatasetViewSet, PurchaseViewSet, QuoteView, SurveyViewSet
 
 app_name = "api"
 
-router = DefaultRouter(trailing_slash=True)
+# path() routes: each detail route takes its id as <ascii_id:pk> (the viewsets' lookup_value_converter), so an id
+# that is not ASCII digits in bigint range matches no route (a 404 problem) and never reaches a view.
+router = DefaultRouter(trailing_slash=True, use_regex_path=False)
 router.include_root_view = False
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("purchases", PurchaseViewSet, basename="purchase")

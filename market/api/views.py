@@ -28,7 +28,6 @@ import csv
 import io
 
 import numpy as np
-from django import forms
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django_filters import rest_framework as filters
@@ -37,7 +36,6 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
-    extend_schema_field,
     extend_schema_view,
 )
 from rest_framework import mixins, permissions, renderers, viewsets
@@ -50,8 +48,11 @@ from rest_framework.views import APIView
 from accounts import roles
 from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, IdempotencyKeyRequired, PurchaseThrottle,
                            QuoteThrottle, UserThrottle)
+from ldpmarket.fields import IdFilter, StrictIntegerField
+from ldpmarket.numbers import parse_ascii_int
 from ldpmarket.openapi import problems
 from ldpmarket.problems import (IdempotencyConflict, InFlight, InsufficientCredit, NothingToSell, NotForSale,
+                                PurchaseInterrupted,
                                 ChainConflict, ParameterError, PriceChanged, PurchaseConflict, PurchaseError, QuoteInvalid,
                                 TooFewRespondents)
 from market import domain, estimates, oneshot_specs, pipeline, quotes, selectors
@@ -156,6 +157,7 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Dataset.objects.prefetch_related("attributes").order_by("id")
     serializer_class = s.DatasetSerializer
     filter_backends: list = []
+    lookup_value_converter = "ascii_id"  # an id in ASCII digits, in range, or no route: 404 (ldpmarket.fields)
 
     def list(self, request, *args, **kwargs):
         full = _full_histogram(request)
@@ -219,16 +221,10 @@ class QuoteView(APIView):
 
 # --------------------------------------------------------------------------------------------- purchases
 
-@extend_schema_field({"type": "integer", "minimum": 1, "maximum": s.BIGINT_MAX})
-class IntegerFilter(filters.NumberFilter):
-    """An id filter: an integer in range (checked before any query), documented as such (not as a ``number``)."""
-
-    field_class = forms.IntegerField
-
-
 class PurchaseFilter(filters.FilterSet):
-    attribute = IntegerFilter(field_name="attribute_id", min_value=1, max_value=s.BIGINT_MAX)
-    dataset = IntegerFilter(field_name="attribute__dataset_id", min_value=1, max_value=s.BIGINT_MAX)
+    # ids in ASCII digits and in range, checked before any query (ldpmarket.fields.IdFilter)
+    attribute = IdFilter(field_name="attribute_id")
+    dataset = IdFilter(field_name="attribute__dataset_id")
     status = filters.ChoiceFilter(choices=Purchase.Status.choices)
     mechanism = filters.ChoiceFilter(choices=Purchase.Mechanism.choices)
 
@@ -256,7 +252,7 @@ OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
 #: What creating a purchase or a survey may answer besides 401, 403 and 429.
 CREATE_PROBLEMS = (400, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
                    ParameterError, TooFewRespondents, InsufficientCredit, IdempotencyConflict,
-                   PriceChanged, InFlight, NotForSale, PurchaseConflict, ChainConflict)
+                   PriceChanged, InFlight, NotForSale, PurchaseConflict, ChainConflict, PurchaseInterrupted)
 
 
 @extend_schema_view(
@@ -271,6 +267,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     serializer_class = s.PurchaseSerializer
     permission_classes = [PurchaseAccess]
     filterset_class = PurchaseFilter
+    lookup_value_converter = "ascii_id"  # an id in ASCII digits, in range, or no route: 404 (ldpmarket.fields)
 
     survey = False
     create_serializer = s.PurchaseCreateSerializer
@@ -307,10 +304,14 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         attribute, epsilon, cohort, quoted, spec = self._request(body.validated_data)
-        outcome = pipeline.purchase_request(
-            buyer=request.user, idempotency_key=key,
-            request=pipeline.PurchaseRequest(attribute=attribute, epsilon=epsilon, cohort=cohort, spec=spec,
-                                             quoted_price=quoted))
+        try:
+            outcome = pipeline.purchase_request(
+                buyer=request.user, idempotency_key=key,
+                request=pipeline.PurchaseRequest(attribute=attribute, epsilon=epsilon, cohort=cohort, spec=spec,
+                                                 quoted_price=quoted))
+        except PurchaseInterrupted as exc:
+            exc.location = reverse(self.detail_route, kwargs={"pk": exc.purchase_id})
+            raise
         return self._respond(outcome.purchase, outcome.status_code)
 
     def _request(self, data):
@@ -449,11 +450,8 @@ def _cursor(raw) -> int:
         text = base64.urlsafe_b64decode(raw.encode("ascii") + b"=" * (-len(raw) % 4)).decode("ascii")
         if not text.startswith("o:"):
             raise ValueError
-        offset = int(text[2:])
-        if offset < 0 or offset > 2 ** 62:
-            raise ValueError
-        return offset
-    except (ValueError, UnicodeError, binascii.Error):
+        return parse_ascii_int(text[2:], max=2 ** 62)  # ASCII digits only (ldpmarket.numbers)
+    except (ValueError, UnicodeError, binascii.Error):  # NumberError is a ValueError
         raise drf_serializers.ValidationError({"cursor": ["This cursor is not valid: use the next or previous "
                                                           "link of a page."]}) from None
 
@@ -461,7 +459,7 @@ def _cursor(raw) -> int:
 def _page_size(raw) -> int:
     if raw is None:
         return OUTPUT_PAGE_SIZE
-    field = drf_serializers.IntegerField(min_value=1, max_value=OUTPUT_MAX_PAGE_SIZE)
+    field = StrictIntegerField(min_value=1, max_value=OUTPUT_MAX_PAGE_SIZE)
     try:
         return field.run_validation(raw)
     except drf_serializers.ValidationError as exc:

@@ -117,6 +117,40 @@ def test_logout_all_revokes_every_token_of_the_account_only():
     assert with_token(theirs).get("/api/v1/purchases/").status_code == 200
 
 
+def test_a_password_change_revokes_every_token_of_that_user_only():
+    """Issue 27: a token kept working after its user's password changed.  ``set_password`` then ``save`` is
+    what every path runs (the admin's password form, ``changepassword``, ``create_buyer``)."""
+    buyer, other = BuyerFactory(), BuyerFactory()
+    mine = [obtain(buyer)["token"] for _ in range(2)]
+    theirs = obtain(other)["token"]
+    buyer.set_password("a-new-passphrase-for-issue-27")
+    buyer.save()
+    assert [with_token(k).get("/api/v1/purchases/").status_code for k in mine] == [401, 401]
+    assert with_token(theirs).get("/api/v1/purchases/").status_code == 200
+    # Saving without a new password (a role or e-mail change) keeps the tokens.
+    fresh = obtain(other)["token"]
+    other.email = "other@example.org"
+    other.save()
+    assert with_token(fresh).get("/api/v1/purchases/").status_code == 200
+
+
+def test_the_admins_password_form_revokes_the_users_tokens(client):
+    """The same through the admin's own "change password" form, as a staff member resets a buyer's password."""
+    from accounts.roles import grant_role
+    from tests.factories import UserFactory
+
+    staff = UserFactory(username="issue27-staff")
+    grant_role(staff, "staff")
+    buyer = BuyerFactory()
+    token = obtain(buyer)["token"]
+    client.force_login(staff)
+    response = client.post(f"/admin/accounts/user/{buyer.pk}/password/",
+                           {"password1": "b-new-passphrase-27", "password2": "b-new-passphrase-27",
+                            "usable_password": "true"})
+    assert response.status_code == 302, response.content[:500]
+    assert with_token(token).get("/api/v1/purchases/").status_code == 401
+
+
 def test_revoking_needs_a_token():
     assert APIClient().post("/api/v1/auth/logout/").status_code == 401
     assert with_token("0" * 64).post("/api/v1/auth/logout/").status_code == 401

@@ -208,3 +208,49 @@ def test_api_docs_load_nothing_from_another_origin(client, db, url):
     refs = _Refs()
     refs.feed(client.get(url, secure=True).content.decode())
     assert [u for u in refs.urls if _other_origin(u)] == []
+
+
+def _gunicorn_get(env: dict, headers: dict) -> tuple[int, str]:
+    """Start gunicorn (the image's command, reading ROOT/gunicorn.conf.py) on a free loopback port, GET /portal/
+    over plain http with ``headers``; the status and Location (redirects are not followed)."""
+    import http.client
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    proc = subprocess.Popen([str(gunicorn), "ldpmarket.wsgi:application", "--bind", f"127.0.0.1:{port}",
+                             "--workers", "1"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", "/portal/", headers={"Host": "market.example.org", **headers})
+                response = conn.getresponse()
+                return response.status, response.getheader("Location") or ""
+            except (ConnectionRefusedError, http.client.RemoteDisconnected):
+                assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.3)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_gunicorn_trusts_no_forwarded_scheme_unless_django_is_told(tmp_path):
+    """Issue 27: gunicorn believed ``X-Forwarded-Proto: https`` from 127.0.0.1 by default, so a plain-http
+    request from the host itself was served as https (no redirect) even with DJANGO_SECURE_PROXY_SSL_HEADER
+    unset.  ``gunicorn.conf.py`` turns that off: Django's setting is the one switch."""
+    env = production_env(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    claimed = {"X-Forwarded-Proto": "https", "X-Forwarded-Ssl": "on", "X-Forwarded-Protocol": "ssl"}
+    status, location = _gunicorn_get(env, claimed)
+    assert (status, location) == (301, "https://market.example.org/portal/")
+    proxied = production_env(PATH=env["PATH"], DATABASE_URL=env["DATABASE_URL"],
+                             DJANGO_SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https")
+    status, location = _gunicorn_get(proxied, {"X-Forwarded-Proto": "https"})
+    assert not location.startswith("https://market.example.org/portal/"), (status, location)

@@ -87,7 +87,7 @@ def test_one_value_per_owner_and_attribute(value, categorical):
     dict(input_sealed=None),
     dict(raw_sealed=None, input_sealed=None),                # deleted, but not marked as deleted
     dict(raw_deleted_at=timezone.now()),                     # marked deleted, but still there
-], ids=repr)
+], ids=["raw only", "input only", "both, unmarked", "marked, still there"])  # ids stable across xdist workers
 def test_raw_value_and_input_live_and_die_together(value, change):
     refused(lambda: Value.objects.filter(id=value.id).update(**change))
 

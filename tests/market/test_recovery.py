@@ -142,6 +142,28 @@ def test_a_purchase_a_worker_holds_is_not_stranded_however_old(django_capture_on
     assert Purchase.objects.get(id=purchase.id).status == Purchase.Status.RUNNING
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_copy_of_a_purchase_another_worker_executes_returns_at_once():
+    """Issue 27 (recovery time): the short staleness window is safe because a copy of a purchase that another
+    transaction is executing neither waits for it nor counts an attempt; the old task blocked on the row for as
+    long as the first copy ran (here: until the lock is released, 5 s later)."""
+    import threading
+    import time
+
+    attribute, _, buyer = market()
+    purchase = claim(buyer, attribute)
+    lock = RowLock(f"SELECT id FROM {Purchase._meta.db_table} WHERE id = %s FOR UPDATE", [purchase.id])
+    threading.Timer(5.0, lock.release).start()
+    t0 = time.perf_counter()
+    status = run_purchase.apply(args=[purchase.id]).get()  # the task's body, in this process
+    took = time.perf_counter() - t0
+    lock.release()
+    assert took < 2.0 and status == "pending", (took, status)
+    assert Purchase.objects.get(id=purchase.id).attempts == 0
+    assert run_purchase.apply(args=[purchase.id]).get() == "completed"  # once nobody holds it, a copy runs it
+
+
 @pytest.mark.django_db
 def test_a_worker_start_counts_the_attempt_and_renews_the_heartbeat():
     attribute, _, buyer = market()

@@ -94,7 +94,10 @@ def test_an_owner_requests_a_payout_and_sees_it(owner_client, earning_owner):
 
 
 @pytest.mark.parametrize("amount, words", [("5", "but your earnings are 0.8 EUR"), ("0.001", "two decimal places"),
-                                           ("-1", "positive amount"), ("abc", "such as 25.00")])
+                                           ("-1", "positive amount"), ("abc", "such as 25.00"),
+                                           # read by Python as 0.50 (docs/errors.md#numbers-in-requests)
+                                           ("+0.50", "such as 25.00"), ("0.5_0", "such as 25.00"),
+                                           ("\u0660.\u0665\u0660", "such as 25.00"), ("5e-1", "such as 25.00")])
 def test_payout_errors_are_explained(owner_client, earning_owner, amount, words):
     page = text(owner_client.post("/portal/money/payout/", {"amount": amount}, follow=True))
     assert words in page

@@ -120,6 +120,25 @@ def test_a_graph_with_many_items_takes_lines_of_item_and_weight(owner):
     assert "<textarea" in html and "Items you leave out have no edge" in html
 
 
+@pytest.mark.parametrize("weight", ["+0.5", "0_5", "\u0660.\u0665", "5e-1", "0x1"])
+def test_a_weight_is_a_plain_decimal(owner, weight):
+    """Numbers Python reads are no weight here (docs/errors.md#numbers-in-requests); "−1" and "-0,25" are."""
+    attribute = oneshot_attribute("graph")
+    assert "The weight for “Alpha” is not a number" in raw_errors(form(attribute, {"raw_0": weight}))
+    items = [f"item {i}" for i in range(FIELDS_UP_TO + 10)]
+    many = oneshot_attribute("graph", labels=items, num_items=len(items))
+    errors = raw_errors(form(many, f"item 3 {weight}"))
+    assert "line 1:" in errors and not form(many, f"item 3 {weight}").is_valid()
+
+
+def test_a_line_whose_number_does_not_parse_is_explained_not_a_500(owner):
+    """``item 3 1,`` matched the line's pattern, then ``Decimal("1,")`` raised out of the form."""
+    items = [f"item {i}" for i in range(FIELDS_UP_TO + 10)]
+    attribute = oneshot_attribute("graph", labels=items, num_items=len(items))
+    assert "line 1: “1,” is not a number" in raw_errors(form(attribute, "item 3 1,"))
+    assert form(attribute, "item 3 \u22120,5").is_valid()
+
+
 def test_a_distribution_must_be_non_negative_and_add_up_to_one(owner):
     attribute = oneshot_attribute("distribution")
     f = form(attribute, {"raw_0": "0.25", "raw_1": "0.75", "raw_2": ""})

@@ -184,6 +184,24 @@ def test_contributing_a_value_with_a_schedule(owner_client, owner, attribute):
       "shape": "steps"}, "steps", "number of steps"),
     ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "600", "unit": "weeks",
       "shape": "linear"}, "duration", "at most 10 years"),
+    # numbers Python reads but people and this service do not (docs/errors.md#numbers-in-requests)
+    ({"raw": "red", "policy": "fixed", "ceiling": "1_0"}, "ceiling", "the digits 0 to 9"),
+    ({"raw": "red", "policy": "fixed", "ceiling": "+1"}, "ceiling", "the digits 0 to 9"),
+    ({"raw": "red", "policy": "fixed", "ceiling": "\u0661"}, "ceiling", "the digits 0 to 9"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "1_0", "unit": "days",
+      "shape": "linear"}, "duration", "must be a number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "\u0663", "unit": "days",
+      "shape": "linear"}, "duration", "must be a number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "+3", "unit": "days",
+      "shape": "linear"}, "duration", "must be a number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "3", "unit": "days",
+      "shape": "steps", "steps": "1_0"}, "steps", "whole number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "3", "unit": "days",
+      "shape": "steps", "steps": "\u0661\u0660"}, "steps", "whole number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "3", "unit": "days",
+      "shape": "steps", "steps": "+10"}, "steps", "whole number"),
+    ({"raw": "red", "policy": "schedule", "start": "0.1", "cap": "1", "duration": "3", "unit": "days",
+      "shape": "steps", "steps": "-1"}, "steps", "at least 1 step"),
 ])
 def test_contribute_errors_are_explained(owner_client, owner, attribute, body, field, words):
     response = owner_client.post(f"/portal/contribute/{attribute.id}/", body)
@@ -200,6 +218,26 @@ def test_a_numeric_value_outside_its_bounds_is_explained(owner_client, owner):
                                                                          "ceiling": "1"})
     assert "The number must be between 10 and 20." in response.content.decode()
     assert not Value.objects.filter(owner=owner).exists()
+
+
+@pytest.mark.parametrize("raw", ["1_5", "+15", "\u0661\u0665", "1.5e1", "\u00b9\u2075"])
+def test_a_numeric_value_is_a_plain_decimal(owner_client, owner, raw):
+    """Numbers Python reads ("1_5" is 15 to it) are no value here (docs/errors.md#numbers-in-requests)."""
+    numeric = NumericAttributeFactory(low=D("10"), high=D("20"))
+    response = owner_client.post(f"/portal/contribute/{numeric.id}/", {"raw": raw, "policy": "fixed",
+                                                                         "ceiling": "1"})
+    assert response.status_code == 200 and "Please enter a number between 10 and 20" in response.content.decode()
+    assert not Value.objects.filter(owner=owner).exists()
+    assert owner_client.post(f"/portal/contribute/{numeric.id}/", {"raw": " 15.5 ", "policy": "fixed",
+                                                                     "ceiling": "1"}).status_code == 302
+
+
+def test_receipts_take_a_plain_tree_size(owner_client, value):
+    """``?tree_size=²`` passed ``str.isdigit()`` and made ``int()`` fail (a 500); "١" was read as 1."""
+    for bad in ["\u00b2", "\u0661", "+1", "1_0", "0", "99999999999999999999"]:
+        response = owner_client.get(f"/portal/values/{value.id}/receipts/", {"tree_size": bad})
+        assert response.status_code == 400, (bad, response.status_code)
+    assert owner_client.get(f"/portal/values/{value.id}/receipts/").status_code == 200
 
 
 def test_an_unknown_attribute_is_a_404(owner_client):
@@ -231,7 +269,9 @@ def test_lowering_the_ceiling_below_the_loss_is_refused_with_the_reason(owner_cl
 
 @pytest.mark.parametrize("ceiling, words", [
     ("", "Please enter the new ceiling"), ("lots", "must be a number"), ("-0.5", "cannot be negative"),
-    ("1e9", "at most 700"), ("Infinity", "ordinary number"), ("0.0000001", "at most 6 digits")])
+    ("1e9", "the digits 0 to 9 and a point only"), ("Infinity", "ordinary number"), ("0.0000001", "at most 6 digits"),
+    ("1_000", "the digits 0 to 9"), ("+5", "the digits 0 to 9"), ("١٠", "the digits 0 to 9"),
+    ("701", "at most 700")])
 def test_ceiling_errors_are_explained(owner_client, value, ceiling, words):
     response = owner_client.post(f"/portal/values/{value.id}/ceiling/", {"ceiling": ceiling})
     assert response.status_code == 200 and words in response.content.decode()

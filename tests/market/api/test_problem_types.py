@@ -38,6 +38,7 @@ NOT_FROM_THE_API = {
     "ldpmarket.api.TrailingSlashRequired": "the middleware, for paths that are no operation",
     "ldpmarket.problems.EpsilonError": "sent as invalid-input, the generic type of invalid fields",
     "ldpmarket.problems.MoneyError": "sent as invalid-input on the field amount",
+    "ldpmarket.problems.NumberError": "sent as invalid-input on the field, a 404 for a path id",
     "ldpmarket.problems.PayoutRefused": "the owner portal, the admin and settle_payouts",
 }
 
