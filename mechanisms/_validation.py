@@ -89,15 +89,52 @@ def check_same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
         raise ValueError(f"{name_a} and {name_b} must have the same shape, got {a.shape} and {b.shape}")
 
 
+def exact_epsilon(eps) -> Decimal:
+    """The epsilon a caller meant, as an exact decimal no larger than the float it may have become.
+
+    A ``Decimal`` (or int) is taken as it is.  A float is taken as the smaller of its exact binary value
+    and its shortest decimal ``repr``: ``float(Decimal("0.1"))`` is a hair above 0.1, and the sampler must
+    realise at most the 0.1 that was charged.  (The reading is strictly increasing on floats: the
+    ``repr`` of a float lies in its rounding interval, below every larger float's.)
+    """
+    if isinstance(eps, Decimal):
+        return eps
+    if isinstance(eps, int):
+        return Decimal(eps)
+    f = float(eps)
+    return min(Decimal(f), Decimal(repr(f)))
+
+
+def _show(eps) -> str:
+    return str(eps) if isinstance(eps, Decimal) else f"{float(eps):g}"
+
+
 def check_increasing(epsilons, name: str = "epsilons") -> np.ndarray:
-    """A chain's epsilons: a non-empty 1-D array, each valid, strictly increasing."""
+    """A chain's epsilons: a non-empty 1-D array, each valid, strictly increasing.
+
+    Returned as floats (for the float mathematics).  The order is checked on the exact values the samplers
+    realise (:func:`exact_epsilon`) whenever a ``Decimal`` is given: two distinct Decimals that are equal as
+    floats, such as 0.1 and 0.10000000000000000001, are increasing, and a Decimal and a float are compared
+    as the sampler reads them.  Without Decimals the float order is that exact order (ints up to
+    ``EPS_MAX`` are exact floats and :func:`exact_epsilon` is strictly increasing on floats).
+    """
     arr = check_eps_array(epsilons, name)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty one-dimensional sequence")
-    if arr.size > 1 and not np.all(np.diff(arr) > 0):
-        i = int(np.argmin(np.diff(arr) > 0))
+    if arr.size < 2:
+        return arr
+    items = list(epsilons) if not isinstance(epsilons, np.ndarray) or epsilons.dtype == object else None
+    if items is not None and any(isinstance(e, Decimal) for e in items):
+        exact = [exact_epsilon(e) for e in items]
+        bad = [i for i in range(len(exact) - 1) if not exact[i + 1] > exact[i]]
+        shown = [_show(e) for e in items]
+    else:
+        bad = np.flatnonzero(~(np.diff(arr) > 0)).tolist()
+        shown = [f"{e:g}" for e in arr[:bad[0] + 2]] if bad else []
+    if bad:
+        i = bad[0]
         raise ValueError(
-            f"{name} must be strictly increasing, but {name}[{i + 1}] = {arr[i + 1]:g} "
-            f"does not exceed {name}[{i}] = {arr[i]:g}"
+            f"{name} must be strictly increasing, but {name}[{i + 1}] = {shown[i + 1]} "
+            f"does not exceed {name}[{i}] = {shown[i]}"
         )
     return arr

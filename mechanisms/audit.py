@@ -24,7 +24,7 @@ from scipy.stats import binom, norm
 
 from ._validation import check_eps_array, check_increasing, check_m, check_values
 from .random import uniform_below, words
-from .relaxation import step_terms
+from .relaxation import StepTerms, step_terms
 from .rr import flip_probability, keep_probability
 
 #: One-sided level of the leak flag: the normal tail beyond 4 standard errors.
@@ -63,6 +63,14 @@ def _log(p: float) -> float:
     return math.log(p) if p > 0.0 else -math.inf
 
 
+def _step_terms(e1: float, e2: float, m: int) -> StepTerms:
+    """``step_terms``, or the identity where two epsilons are equal as floats (distinct Decimals such as 0.1
+    and 0.10000000000000000001 pass ``check_increasing``): the limit of the step as eps2 -> eps1."""
+    if e2 == e1:
+        return StepTerms(p_aa=1.0, p_ba=0.0, p_bb=1.0, r_a=0.0, r_b=0.0)
+    return step_terms(e1, e2, m)
+
+
 def chain_log_likelihood(chains, epsilons, m) -> np.ndarray:
     """``L[i, a] = log Pr(o_1..o_L = chains[i] | X = a)``, an (n, m) array.
 
@@ -74,7 +82,7 @@ def chain_log_likelihood(chains, epsilons, m) -> np.ndarray:
     n, L = o.shape
     out = np.empty((n, m))
     log_keep, log_flip = _log(keep_probability(eps[0], m)), _log(flip_probability(eps[0], m))
-    steps = [step_terms(eps[i - 1], eps[i], m) for i in range(1, L)]
+    steps = [_step_terms(eps[i - 1], eps[i], m) for i in range(1, L)]
     logs = [tuple(_log(p) for p in (t.p_aa, t.r_a, t.p_ba, t.p_bb, t.r_b)) for t in steps]
     stay = o[:, 1:] == o[:, :-1]  # (n, L-1): o_i == o_{i-1}
     for a in range(m):
@@ -204,9 +212,9 @@ def run_attacks(values, chains, epsilons, m, rng=None, *, subsample: bool = True
     bound = bayes_error_bound(eps[-1], m)
     guesses = {
         "last_output": attack_last_output(o),
-        "mle": attack_mle(o, eps, m, rng),
+        "mle": attack_mle(o, epsilons, m, rng),  # as given: the exact order check_increasing checked
         "highest_frequency": attack_highest_frequency(o, m, rng),
-        "weighted_highest_frequency": attack_weighted_highest_frequency(o, eps, m, rng),
+        "weighted_highest_frequency": attack_weighted_highest_frequency(o, epsilons, m, rng),
     }
     null_se = math.sqrt(bound * (1.0 - bound) / n)
     report = {}

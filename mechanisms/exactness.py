@@ -9,7 +9,10 @@ integers with Python integers and fractions, never floats.  See ``docs/mechanism
 ``R = ceil(2^64 / (E_lo + m - 1))`` and the true value ``K = 2^64 - (m - 1) R``, where ``E_lo <= e^eps``
 is a rational lower bound (``mechanisms._exact.exp_lower``, 60 digits).  Rounding the small
 cells up makes the realised ratio ``K / R <= e^eps`` strictly: k-RR never realises more than its eps.
-At eps = 0 the law is exactly uniform (``K = R``, drawn by rejection).
+At eps = 0 the law is exactly uniform (``K = R``, drawn by rejection).  An eps so small that the rounding
+gives the true value fewer cells than the others (``K < R``: a level ``ln(R / K)`` above eps) is refused:
+that is ``E_lo < 1 + r/q`` with ``q, r = divmod(2^64, m)``, below about ``m^2 / 2^64`` (:func:`krr_cells`).
+Epsilons are compared at their exact values (``exact_epsilon``), never as floats.
 
 **Steps, bridges, tightenings.**  The forward chain is defined through value-free backward kernels.  For
 eps_lo < eps_hi with cells (K_lo, R_lo) and (K_hi, R_hi), the symmetric kernel from an output at eps_hi to
@@ -48,7 +51,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from ._exact import exp_lower, ln_upper, ratio_at_most
-from ._validation import check_eps, check_m
+from ._validation import _show as _shown, check_eps, check_m, exact_epsilon
 
 #: Resolution of every marginal: cells are integer multiples of 2^-64.
 TOTAL = 1 << 64
@@ -59,21 +62,7 @@ _DIGITS = 60
 
 
 # ---------------------------------------------------------------- exact epsilons and bounds
-
-def exact_epsilon(eps) -> Decimal:
-    """The epsilon a caller meant, as an exact decimal no larger than the float it may have become.
-
-    A ``Decimal`` (or int) is taken as it is.  A float is taken as the smaller of its exact binary value
-    and its shortest decimal ``repr``: ``float(Decimal("0.1"))`` is a hair above 0.1, and the sampler must
-    realise at most the 0.1 that was charged.
-    """
-    if isinstance(eps, Decimal):
-        return eps
-    if isinstance(eps, int):
-        return Decimal(eps)
-    f = float(eps)
-    return min(Decimal(f), Decimal(repr(f)))
-
+# ``exact_epsilon`` (from ``mechanisms._validation``): the exact decimal a caller meant, as realised.
 
 @dataclass(frozen=True)
 class Level:
@@ -96,12 +85,25 @@ class Level:
 
 
 def check_sampler_eps(eps, name: str = "eps") -> float:
-    """``eps`` as a float after the usual checks and ``eps <= SAMPLER_EPS_MAX`` (the samplers' limit)."""
+    """``eps`` as a float after the usual checks and ``0 <= eps <= SAMPLER_EPS_MAX`` (the samplers' limit).
+
+    The bounds are compared on the exact value the samplers realise (:func:`exact_epsilon`), not on the
+    float: ``Decimal("30.00000000000000001")`` is 30.0 as a float but above the limit, and is refused.
+    """
     value = check_eps(eps, name)
-    if value > SAMPLER_EPS_MAX:
+    exact = exact_epsilon(eps)
+    if exact < 0:
+        raise ValueError(f"{name} must be >= 0, got {eps}")
+    if exact > SAMPLER_EPS_MAX:
         raise ValueError(f"{name} must be at most {SAMPLER_EPS_MAX}, the largest epsilon the samplers realise "
-                         f"exactly (docs/mechanisms.md, 'Exact sampling'), got {value:g}")
+                         f"exactly (docs/mechanisms.md, 'Exact sampling'), got {_shown(eps)}")
     return value
+
+
+def _sampler_eps(eps, name: str) -> Decimal:
+    """:func:`check_sampler_eps`, then the exact value the samplers realise."""
+    check_sampler_eps(eps, name)
+    return exact_epsilon(eps)
 
 
 # ---------------------------------------------------------------- the integer laws
@@ -122,13 +124,37 @@ def _krr_cells(eps: Decimal, m: int) -> Marginal:
     e_lo = exp_lower(eps, _DIGITS)
     x = Fraction(TOTAL) / (e_lo + (m - 1))
     flip = -((-x.numerator) // x.denominator)  # ceil: the small cells round up
-    return Marginal(keep=TOTAL - (m - 1) * flip, flip=flip, total=TOTAL)
+    keep = TOTAL - (m - 1) * flip
+    if keep < flip:  # krr_cells' docstring: the realised level would be ln(flip / keep) > eps
+        q, r = divmod(TOTAL, m)
+        least = math.log1p(r / q) if r else 1.5e-59
+        raise ValueError(f"eps = {eps} is too small for k-RR over {m} values to be realised with 64-bit "
+                         f"thresholds: its cells would give the true value fewer units than each other value "
+                         f"(the smallest epsilon for m = {m} is about {least:.3g}; "
+                         "docs/mechanisms.md, 'Exact sampling')")
+    return Marginal(keep=keep, flip=flip, total=TOTAL)
 
 
 def krr_cells(eps, m) -> Marginal:
-    """The integer law of k-RR at ``eps`` over ``m`` values (module docstring, "Marginals")."""
-    check_sampler_eps(eps)
-    return _krr_cells(exact_epsilon(eps), check_m(m))
+    """The integer law of k-RR at ``eps`` over ``m`` values (module docstring, "Marginals").
+
+    With ``T = 2^64``, ``E_lo < e^eps`` and ``R = ceil(T / (E_lo + m - 1))``, ``K = T - (m - 1) R``, the
+    realised level is the largest ratio within a column, ``ln(max(K, R) / min(K, R))``:
+
+    * ``K >= R``: ``R >= T / (E_lo + m - 1)`` gives ``K <= E_lo R``, so the level
+      ``ln(K / R) <= ln E_lo < eps``.
+    * ``K < R``: the true value gets *fewer* units than each other value, and the level is ``ln(R / K) > 0``,
+      which can exceed eps (eps = 1e-19, m = 1000: ``R - K = 384`` units, a level of 2.1e-14).  Refused with
+      ``ValueError``, as EWRR, uRR and Warner refuse an eps too small to separate their cells.
+
+    Exactly: ``K >= R  <=>  m R <= T  <=>  R <= q  <=>  T / (E_lo + m - 1) <= q  <=>  E_lo >= 1 + r / q``
+    with ``q = floor(T / m)`` and ``r = T mod m`` (``ceil(x) <= q`` iff ``x <= q`` for an integer ``q``).
+    For ``m`` a power of two (``r = 0``) this is ``E_lo >= 1``: every eps down to about 1.5e-59, where the
+    60-digit bound drops below 1.  Otherwise the smallest eps is about
+    ``ln(1 + r/q) ~ r m / 2^64 < m^2 / 2^64`` (3.3e-14 for m = 1000; ``E_lo`` is non-decreasing in eps, so
+    every larger eps is accepted).  Eps = 0 is exactly uniform (``K = R = 1`` of ``m``).
+    """
+    return _krr_cells(_sampler_eps(eps, "eps"), check_m(m))
 
 
 @dataclass(frozen=True)
@@ -180,10 +206,11 @@ def step_weights(eps_from, eps_to, m) -> tuple[RowWeights, RowWeights]:
     ``kept`` is the row where the previous output equals the true value a (``first`` = a); ``moved`` the
     row where it is b != a (``first`` = a, ``second`` = b).  Module docstring, "Steps".
     """
-    e1, e2 = check_sampler_eps(eps_from, "eps_from"), check_sampler_eps(eps_to, "eps_to")
-    if not e2 > e1:
-        raise ValueError(f"eps_to must be greater than eps_from for a relaxation step, got {e1:g} -> {e2:g}")
-    return _step(exact_epsilon(eps_from), exact_epsilon(eps_to), check_m(m))
+    e1, e2 = _sampler_eps(eps_from, "eps_from"), _sampler_eps(eps_to, "eps_to")
+    if not e2 > e1:  # exactly: two Decimals that are equal as floats may still be a step
+        raise ValueError(f"eps_to must be greater than eps_from for a relaxation step, got "
+                         f"{_shown(eps_from)} -> {_shown(eps_to)}")
+    return _step(e1, e2, check_m(m))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -194,10 +221,10 @@ def _tighten(e_from: Decimal, e_to: Decimal, m: int) -> RowWeights:
 
 def tighten_weights_exact(eps_from, eps_to, m) -> RowWeights:
     """``Pr(o_to | o_from)`` for eps_to < eps_from: ``first`` = o_from (stay), each other value ``other``."""
-    e_from, e_to = check_sampler_eps(eps_from, "eps_from"), check_sampler_eps(eps_to, "eps_to")
+    e_from, e_to = _sampler_eps(eps_from, "eps_from"), _sampler_eps(eps_to, "eps_to")
     if not e_to < e_from:
-        raise ValueError(f"tighten needs eps_to < eps_from, got {e_from:g} -> {e_to:g}")
-    return _tighten(exact_epsilon(eps_from), exact_epsilon(eps_to), check_m(m))
+        raise ValueError(f"tighten needs eps_to < eps_from, got {_shown(eps_from)} -> {_shown(eps_to)}")
+    return _tighten(e_from, e_to, check_m(m))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -206,6 +233,12 @@ def _bridge(e_lo: Decimal, e_mid: Decimal, e_hi: Decimal, m: int) -> tuple[RowWe
     s2, t2, _ = _backward(_krr_cells(e_lo, m), _krr_cells(e_mid, m))  # o_mid -> o_lo
     same = RowWeights(first=s1 * s2, second=0, other=t1 * t2, n_others=m - 1)
     differ = RowWeights(first=s1 * t2, second=t1 * s2, other=t1 * t2, n_others=m - 2)
+    if differ.total == 0:
+        # t1 = t2 = 0: the three epsilons have the same cells (distinct epsilons closer than the cells'
+        # resolution, e.g. Decimals equal as floats), both steps are the identity and o_lo != o_hi has
+        # probability 0.  Such a row never occurs in a chain the samplers drew; it keeps o_hi, a value-free
+        # choice, instead of a law with total 0.
+        differ = RowWeights(first=1, second=0, other=0, n_others=m - 2)
     return same, differ
 
 
@@ -215,11 +248,12 @@ def bridge_weights_exact(eps_lo, eps_mid, eps_hi, m) -> tuple[RowWeights, RowWei
     ``same`` is the row o_lo == o_hi (``first`` = that value); ``differ`` the row o_lo != o_hi (``first`` =
     o_hi, ``second`` = o_lo).  Module docstring, "Steps, bridges, tightenings".
     """
-    e_lo, e_mid, e_hi = (check_sampler_eps(e, n) for e, n in
+    e_lo, e_mid, e_hi = (_sampler_eps(e, n) for e, n in
                          ((eps_lo, "eps_lo"), (eps_mid, "eps_mid"), (eps_hi, "eps_hi")))
     if not e_lo < e_mid < e_hi:
-        raise ValueError(f"a bridge needs eps_lo < eps_mid < eps_hi, got {e_lo:g}, {e_mid:g}, {e_hi:g}")
-    return _bridge(exact_epsilon(eps_lo), exact_epsilon(eps_mid), exact_epsilon(eps_hi), check_m(m))
+        raise ValueError(f"a bridge needs eps_lo < eps_mid < eps_hi, got {_shown(eps_lo)}, {_shown(eps_mid)}, "
+                         f"{_shown(eps_hi)}")
+    return _bridge(e_lo, e_mid, e_hi, check_m(m))
 
 
 # ---------------------------------------------------------------- realised levels

@@ -265,7 +265,7 @@ def gradual_release(bits, eps_path, rng=None) -> np.ndarray:
     """
     b = _check_bits(bits)
     path = check_increasing(eps_path, "eps_path")
-    out = chain(b.reshape(-1).astype(np.int64), path, 2, rng)
+    out = chain(b.reshape(-1).astype(np.int64), eps_path, 2, rng)  # as given: a Decimal path stays exact
     return out.reshape(b.shape + (path.shape[0],)).astype(bool)
 
 

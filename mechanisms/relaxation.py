@@ -212,8 +212,9 @@ def chain(values, epsilons, m, rng=None) -> np.ndarray:
     """
     m = check_m(m)
     eps = check_increasing(epsilons, "epsilons")
-    # the epsilons as given (a Decimal stays exact: the samplers realise at most it, not its float)
-    given = eps if isinstance(epsilons, np.ndarray) else list(epsilons)
+    # the epsilons as given (a Decimal stays exact: the samplers realise at most it, not its float; two
+    # Decimals equal as floats are still a step), also from an object array of Decimals
+    given = list(epsilons)
     x = check_values(values, m)
     out = np.empty((x.shape[0], eps.shape[0]), dtype=np.int64)
     out[:, 0] = perturb(x, given[0], m, rng)

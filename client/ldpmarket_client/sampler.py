@@ -166,13 +166,20 @@ def _krr_cells(eps: Decimal, m: int) -> Marginal:
         return Marginal(keep=1, flip=1, total=m)
     x = Fraction(TOTAL) / (exp_lower(eps) + (m - 1))
     flip = -((-x.numerator) // x.denominator)  # ceil: the small cells round up
-    return Marginal(keep=TOTAL - (m - 1) * flip, flip=flip, total=TOTAL)
+    keep = TOTAL - (m - 1) * flip
+    if keep < flip:  # the level would be ln(flip / keep) > eps: refused, as the server refuses it
+        raise ValueError(f"eps = {eps} is too small for k-RR over {m} values to be realised with 64-bit "
+                         "thresholds: its cells would give the true value fewer units than each other value "
+                         "(docs/mechanisms.md, 'Exact sampling')")
+    return Marginal(keep=keep, flip=flip, total=TOTAL)
 
 
 def krr_cells(eps, m: int) -> Marginal:
     """The integer law of k-RR at ``eps`` over ``m`` labels (module docstring; docs/mechanisms.md, "Exact
     sampling"): ``flip = ceil(2^64 / (exp_lower(eps) + m - 1))``, ``keep = 2^64 - (m - 1) flip``; uniform
-    (``1, 1`` of ``m``) at ``eps = 0``."""
+    (``1, 1`` of ``m``) at ``eps = 0``.  An eps so small that ``keep < flip`` (the true value would get fewer
+    cells than the others, a level ``ln(flip / keep)`` above eps: ``exp_lower(eps) < 1 + r/q`` with
+    ``q, r = divmod(2^64, m)``, below about ``m^2 / 2^64``) raises ``ValueError``, as on the server."""
     return _krr_cells(exact_epsilon(eps), _check_m(m))
 
 
