@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+from django.urls import path
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from knox.views import LoginView, LogoutAllView, LogoutView
 from rest_framework import exceptions, serializers
@@ -94,3 +95,11 @@ class RevokeAllTokensView(LogoutAllView):
                               (401, PROBLEM): OpenApiResponse(ProblemSerializer, description="No valid token.")})
     def post(self, request, format=None):
         return super().post(request, format=format)
+
+
+#: Routes, mounted under /api/v1/ by ``market.api.urls`` (an include by name: no interface imports another).
+urlpatterns = [
+    path("auth/token/", ObtainTokenView.as_view(), name="token"),
+    path("auth/logout/", RevokeTokenView.as_view(), name="token-revoke"),
+    path("auth/logout-all/", RevokeAllTokensView.as_view(), name="token-revoke-all"),
+]

@@ -1,6 +1,7 @@
 """Exact epsilons: ``Decimal`` with 6 places in the database, integer micro-epsilons in numpy.
 
-Budgets, losses and ledger entries are compared exactly (docs/budget-rules.md); floats are only for the mathematics inside ``mechanisms``.
+Budgets, losses and ledger entries are compared exactly (docs/budget-rules.md); floats are only for the mathematics
+inside ``mechanisms``.
 """
 from __future__ import annotations
 

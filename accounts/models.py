@@ -11,8 +11,8 @@ from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Round
 
+from accounts.money.format import format_money
 from ldpmarket.storage import Int64ArrayField, value_ranges_overlap
-from ldpmarket.money import format_money
 
 EPS = {"max_digits": 12, "decimal_places": 6}
 MONEY = {"max_digits": 16, "decimal_places": 4}
@@ -145,8 +145,9 @@ class LedgerBlock(models.Model):
 
 
 class LedgerHead(models.Model):
-    """The head of one shard's hash chain (``shard``: 0, or an attribute's id), locked last by every ledger write
-    to that shard: it serialises that shard's chain, and only it."""
+    """The head of one shard's hash chain (``shard``: 0, or an attribute's id), locked by every ledger write to
+    that shard where the global lock order puts it (``accounts.locks``): it serialises that shard's chain, and
+    only it."""
 
     shard = models.PositiveIntegerField(primary_key=True)
     last_block = models.ForeignKey(LedgerBlock, null=True, on_delete=models.PROTECT, related_name="+")
@@ -186,7 +187,7 @@ class LedgerCheckpointLeaf(models.Model):
     Either way ``shard``, ``blocks`` (the height: how many blocks the shard's chain holds up to it) and
     ``head_hash`` (that block's hash) say which block of which chain the leaf vouches for.  A block leaf
     (``block_id`` set) also holds the block's id, entry count and time and its **entries root**, the RFC 6962
-    root over its entries (``accounts.ledger.entry_tree``), with the roots of its chunks of ``TREE_CHUNK``
+    root over its entries (``accounts.ledger.leaves.entry_tree``), with the roots of its chunks of ``TREE_CHUNK``
     entries (32 bytes each) so that a receipt's proof needs only one chunk's entries."""
 
     index = models.PositiveIntegerField(primary_key=True)
@@ -231,7 +232,8 @@ class LedgerKind(models.TextChoices):
 
 
 class LedgerGuarantee(models.TextChoices):
-    """What a release's epsilon guarantees (docs/budget-rules.md#one-shot-losses-add-up, docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
+    """What a release's epsilon guarantees (docs/budget-rules.md#one-shot-losses-add-up,
+    docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
 
     Empty for budget events and for chain releases (the gradual-release chain: epsilon-LDP over all
     buyers together); one-shot releases always name theirs.

@@ -14,10 +14,12 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from accounts.ledger import hashchain as ledger
+from accounts.locks import Lock
+from accounts.locks import take as take_lock
 from ldpmarket import jobs
 from ldpmarket.problems import BudgetError
 
-from . import ledger
 from .epsilon import from_micro, parse, to_micro
 from .models import BudgetAccount, LedgerEntry
 from .schedule import ceiling_micro
@@ -97,6 +99,7 @@ def budget_set_ceiling(*, value_id: int, ceiling) -> BudgetAccount:
     """Set a fixed ceiling (replacing any schedule); refused below the loss already spent."""
     new = parse(ceiling, name="ceiling")
     with transaction.atomic():
+        take_lock(Lock.BUDGETS)
         budget = BudgetAccount.objects.select_for_update().select_related("value").get(value_id=value_id)
         if new < budget.loss:
             raise BudgetError(
@@ -118,6 +121,7 @@ def budget_set_schedule(*, value_id: int, schedule: Schedule, now: datetime | No
     now = now or timezone.now()
     current = schedule.ceiling_at(now)
     with transaction.atomic():
+        take_lock(Lock.BUDGETS)
         budget = BudgetAccount.objects.select_for_update().select_related("value").get(value_id=value_id)
         if current < budget.loss:
             raise BudgetError(
@@ -137,6 +141,7 @@ def budget_set_schedule(*, value_id: int, schedule: Schedule, now: datetime | No
 def budget_set_paused(*, value_id: int, paused: bool) -> BudgetAccount:
     """Pause or resume sales of a value (a paused value is never included in a purchase)."""
     with transaction.atomic():
+        take_lock(Lock.BUDGETS)
         budget = BudgetAccount.objects.select_for_update(of=("self",)).select_related("value").get(value_id=value_id)
         if budget.paused != paused:
             budget.paused = paused
@@ -169,6 +174,7 @@ def schedules_advance(*, now: datetime | None = None) -> int:
             ceiling = schedule.ceiling_at(now)
             match = BudgetAccount.objects.filter(**{k: g[k] for k in SCHEDULE_KEY}, ceiling__lt=ceiling)
             # Lock in value-id order, the order purchases use, before updating: no deadlock between them.
+            take_lock(Lock.BUDGETS)
             locked = list(match.select_for_update(of=("self",)).order_by("value_id")
                           .values_list("value_id", "value__attribute_id"))
             attributes = sorted({a for _, a in locked})

@@ -12,7 +12,7 @@ Read side (selectors, no writes; nothing here imports the interfaces below):
 * :mod:`audit.overview` and :mod:`audit.charts` -- the console's overview figures and the plots;
 * :mod:`audit.filters` and :mod:`audit.export` -- the ledger filters and the CSV export.
 
-Interfaces: :mod:`audit.api` and :mod:`audit.urls` (``/api/v1/audit/``), :mod:`audit.admin` (the ledger's pages
+Interfaces: :mod:`audit.api` (``/api/v1/audit/``, its views and routes), :mod:`audit.admin` (the ledger's pages
 and the audit pages of the console) and the commands ``audit_budgets``, ``privacy_audit`` and ``export_ledger``.
 The audit depends on ``accounts`` and ``market``; neither imports it.
 """

@@ -20,7 +20,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from accounts.admin import IdFilter, ReadOnlyAdmin, admin_link, id_filter, plain_epsilon
+from accounts.console import IdFilter, ReadOnlyAdmin, admin_link, id_filter, plain_epsilon
 from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
 from accounts.roles import can_audit
 from ldpmarket.numbers import NumberError, as_id, parse_ascii_int

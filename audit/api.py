@@ -1,6 +1,6 @@
 """The auditors' read-only JSON view of the privacy ledger (docs/budget-rules.md#the-audit).
 
-``GET /api/v1/audit/ledger/`` (mounted by ``audit.urls``): ledger
+``GET /api/v1/audit/ledger/`` (mounted from ``audit.api.urlpatterns``): ledger
 entries in id order with cursor pagination (``?cursor=``, ``?page_size=`` up
 to 1000), filtered by ``owner`` and ``buyer`` (id or username), ``attribute``,
 ``value``, ``purchase``, ``kind`` and ``created_after`` (inclusive) /
@@ -10,13 +10,14 @@ staff and superusers may read it; it has no write method at all.
 from __future__ import annotations
 
 from django.db.models import F
+from django.urls import path
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, generics, permissions, serializers
 from rest_framework.views import APIView
 
+from accounts.ledger.receipts_http import ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.models import LedgerEntry
-from accounts.receipts_api import ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.roles import can_audit
 from ldpmarket.api import CursorPagination
 from ldpmarket.fields import StrictIntegerField
@@ -66,7 +67,8 @@ class LedgerPagination(CursorPagination):
     max_page_size = 1000
 
 
-@extend_schema_view(get=extend_schema(responses={200: LedgerEntrySerializer(many=True), **problems(400, 401, 403, 429)}))
+@extend_schema_view(get=extend_schema(responses={200: LedgerEntrySerializer(many=True),
+                                                 **problems(400, 401, 403, 429)}))
 class LedgerEntryList(generics.ListAPIView):
     """The privacy ledger, read-only, for auditors and staff: filter by owner, buyer, attribute and time."""
 
@@ -101,3 +103,10 @@ class ReceiptsView(APIView):
             raise exceptions.NotFound("No ledger entry concerns this value.")
         return receipts_response(request, [value], tree_size=query.validated_data.get("tree_size"), more=False)
 
+
+#: Routes; the project mounts them with ``path("api/v1/audit/", include("audit.api"))``.
+app_name = "audit"
+urlpatterns = [
+    path("ledger/", LedgerEntryList.as_view(), name="ledger"),
+    path("receipts/", ReceiptsView.as_view(), name="receipts"),
+]

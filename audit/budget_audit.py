@@ -1,4 +1,5 @@
-"""The budget audit: every rule of docs/budget-rules.md#budgets-and-ceilings, re-proved from the ledger (docs/budget-rules.md#the-audit).
+"""The budget audit: every rule of docs/budget-rules.md#budgets-and-ceilings, re-proved from the ledger
+(docs/budget-rules.md#the-audit).
 
 :func:`audit_budgets` reads each table once (one query per table: the ledger
 entries and blocks, budgets, values, purchases, money accounts and entries) into
@@ -6,7 +7,7 @@ numpy columns of exact integers -- micro-epsilons, money in ten-thousandths,
 timestamps in microseconds -- and checks, with no Python loop per entry:
 
 **Hash chain** (tamper evidence): every block's hash recomputed with
-``accounts.ledger.block_hash`` from its entries as stored, the blocks linked by
+``accounts.ledger.hashchain.block_hash`` from its entries as stored, the blocks linked by
 ``prev_hash`` in id order from the genesis hash, entry counts, the head row
 pointing at the last block, every entry's ``created_at`` equal to its block's
 (the hash covers the block's time, not each entry's), and optionally a block
@@ -63,7 +64,7 @@ from datetime import datetime
 import numpy as np
 from django.utils import timezone
 
-from accounts import ledger
+from accounts.ledger import hashchain as ledger
 
 from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
@@ -73,8 +74,20 @@ from .money import check_money, check_settlements, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
 from .replay import check_replay
 from .report import AuditReport, Recorder
-from .tables import (read_blocks, read_budgets, read_checkpoints, read_chunks, read_entries, read_heads, read_money,
-                     read_purchases, read_release_values, read_settlements, read_topups_payouts, read_values)
+from .tables import (
+    read_blocks,
+    read_budgets,
+    read_checkpoints,
+    read_chunks,
+    read_entries,
+    read_heads,
+    read_money,
+    read_purchases,
+    read_release_values,
+    read_settlements,
+    read_topups_payouts,
+    read_values,
+)
 
 
 def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime | None = None) -> AuditReport:
@@ -95,7 +108,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         topups, payouts = read_topups_payouts()
         settlements = read_settlements()
         release_values = read_release_values()
-        chain_heads = check_chains(rec, budgets)  # reads and opens the chain blocks a batch at a time, in the same snapshot
+        # reads and opens the chain blocks a batch at a time, in the same snapshot
+        chain_heads = check_chains(rec, budgets)
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
     check_checkpoints(rec, blocks, hashes, checkpoints, leaves, e)

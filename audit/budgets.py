@@ -28,16 +28,16 @@ def check_budget_rows(rec: Recorder, e, f: Final, b, values, now_us: int) -> Non
               lambda i: f"value {values['id'][i]} has no budget row")
     loss = b["chain"] + b["oneshot"]
     rec.check(S, "budget rows: 0 <= loss <= ceiling", (b["chain"] < 0) | (b["oneshot"] < 0) | (loss > b["ceiling"]),
-              nb, lambda i: f"value {b['value'][i]}: loss {eps_text(loss[i])} (chain {eps_text(b['chain'][i])} + one-shot "
-                            f"{eps_text(b['oneshot'][i])}), ceiling {eps_text(b['ceiling'][i])}")
+              nb, lambda i: f"value {b['value'][i]}: loss {eps_text(loss[i])} (chain {eps_text(b['chain'][i])} "
+                            f"+ one-shot {eps_text(b['oneshot'][i])}), ceiling {eps_text(b['ceiling'][i])}")
     i_b = np.flatnonzero(found)
     j = pos[i_b]
     wrong_loss = np.zeros(nb, dtype=bool)
     wrong_loss[i_b] = (b["chain"][i_b] != f.chain[j]) | (b["oneshot"][i_b] != f.oneshot[j])
     rec.check(S, "replayed final losses equal the budget rows", wrong_loss, i_b.size,
               lambda i: f"value {b['value'][i]}: budget row chain {eps_text(b['chain'][i])}, one-shot "
-                        f"{eps_text(b['oneshot'][i])}; the ledger replays to chain {eps_text(f.chain[pos[i]])}, one-shot "
-                        f"{eps_text(f.oneshot[pos[i]])}")
+                        f"{eps_text(b['oneshot'][i])}; the ledger replays to chain {eps_text(f.chain[pos[i]])}, "
+                        f"one-shot {eps_text(f.oneshot[pos[i]])}")
     sched_cols = ("sched_start", "sched_cap", "sched_start_at", "sched_end_at", "sched_shape", "sched_steps")
     wrong_policy = np.zeros(nb, dtype=bool)
     kinds = f.policy_kind[j]
@@ -62,7 +62,8 @@ def check_budget_rows(rec: Recorder, e, f: Final, b, values, now_us: int) -> Non
                         + ("fixed ceiling " + eps_text(f.policy['ceiling'][pos[i]])
                            if f.policy_kind[pos[i]] == K_CEILING else
                            f"schedule {eps_text(f.policy['sched_start'][pos[i]])} -> "
-                           f"{eps_text(f.policy['sched_cap'][pos[i]])}, last recorded ceiling {eps_text(f.ceiling[pos[i]])}"))
+                           f"{eps_text(f.policy['sched_cap'][pos[i]])}, last recorded ceiling "
+                           f"{eps_text(f.ceiling[pos[i]])}"))
     wrong_pause = np.zeros(nb, dtype=bool)
     wrong_pause[i_b] = (b["paused"][i_b] == 1) != f.paused[j]
     rec.check(S, "each budget's paused flag equals its last pause/resume entry", wrong_pause, i_b.size,

@@ -1,4 +1,5 @@
-"""The stored chains against the budgets and the purchases (docs/budget-rules.md#the-audit, docs/architecture.md#chains-in-blocks).
+"""The stored chains against the budgets and the purchases (docs/budget-rules.md#the-audit,
+docs/architecture.md#chains-in-blocks).
 
 Chains are sealed at rest; the audit opens them in this process only to check them, and reports counts and
 ids, never an output.  Checked:
@@ -18,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from accounts.epsilon import to_micro
-from market import chainstore, sealing
+from market.chains import store
 from market.models import Attribute, ChainBlock, Purchase, PurchaseChunk
 from market.selectors import open_chunk
+from market.values import sealing
 
 from .report import Recorder, eps_text
 from .tables import lookup, read_slots
@@ -54,7 +56,7 @@ def check_chains(rec: Recorder, budgets) -> dict[str, np.ndarray]:
     opened_rows = 0
     for k in range(0, len(blocks), BLOCKS_PER_READ):
         part = blocks[k:k + BLOCKS_PER_READ]
-        state = chainstore.read([b[0] for b in part])
+        state = store.read([b[0] for b in part])
         for bid, attribute_id, size in part:
             block = state[bid]
             mine = placed[slots["block"][placed] == bid]
@@ -67,11 +69,11 @@ def check_chains(rec: Recorder, budgets) -> dict[str, np.ndarray]:
                 top[mine] = highest
             opened_rows += block.eps.size
             try:  # the block's rows in one query; row by row only to name the ones that do not open
-                chainstore.open_rows(attributes[attribute_id], block, range(block.eps.size))
+                store.open_rows(attributes[attribute_id], block, range(block.eps.size))
             except sealing.SealBroken:
                 for r in range(block.eps.size):
                     try:
-                        chainstore.open_rows(attributes[attribute_id], block, [r])
+                        store.open_rows(attributes[attribute_id], block, [r])
                     except sealing.SealBroken as exc:
                         broken.append(str(exc))
     rec.check(S, "every value's slot is within its block's size and attribute", outside, slots["id"].size,
@@ -143,7 +145,7 @@ def _check_released(rec: Recorder, slots, attributes) -> None:
         b, s = slots["block"][pos], slots["slot"][pos]
         e = to_micro(epsilon)
         try:
-            present, stored = chainstore.grid_of_points(attribute, chainstore.read(b), b, s, np.array([e]))
+            present, stored = store.grid_of_points(attribute, store.read(b), b, s, np.array([e]))
         except sealing.SealBroken as exc:
             wrong.append(f"purchase {pid}: {exc}")
             continue

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from accounts import ledger
+from accounts.ledger import hashchain
 from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
+from accounts.money.units import UNITS as MONEY_UNITS  # noqa: F401 (the audit's name for it)
 from mechanisms import registry
 
 KINDS = list(LedgerEntry.Kind.values)
 K_CHAIN, K_ONESHOT, K_CEILING, K_SCHEDULE, K_PAUSE, K_RESUME, K_RAW, K_HELD, K_UPLOAD = (KINDS.index(k) for k in (
     "chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted", "owner_custody",
     "owner_upload"))
-SHAPES = ledger.SHAPES  # "", "linear", "steps"
-MONEY_UNITS = 10_000
+SHAPES = hashchain.SHAPES  # "", "linear", "steps"
+
 ACCOUNT_KINDS = list(MoneyAccount.Kind.values)  # buyer_credit, owner_earnings, platform, owners_pending
 A_BUYER, A_OWNER, A_PLATFORM, A_PENDING = (ACCOUNT_KINDS.index(k) for k in (
     "buyer_credit", "owner_earnings", "platform", "owners_pending"))
@@ -28,7 +29,7 @@ PAYOUT_STATUSES = list(PayoutRequest.Status.values)  # requested, settled, rejec
 P_REJECTED = PAYOUT_STATUSES.index("rejected")
 STATUSES = ["pending", "running", "completed", "failed"]
 S_COMPLETED = STATUSES.index("completed")
-GUARANTEES = ledger.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
+GUARANTEES = hashchain.GUARANTEES  # "", "ldp", "uldp", "per_report_non_collusion"
 G_NONE, G_LDP, G_ULDP, G_PER_REPORT = range(4)
 
 # ------------------------------------------------------------------------------------------- the mechanisms

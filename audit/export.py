@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.db.models import F
 

@@ -11,8 +11,7 @@ import django_filters
 from django.db.models import Q
 
 from accounts.models import LedgerEntry
-from ldpmarket.fields import IdFilter, WhenFilter
-from ldpmarket.fields import WhenField, parse_when  # noqa: F401 (re-exported: the times' one parser)
+from ldpmarket.fields import IdFilter, WhenField, WhenFilter, parse_when  # noqa: F401 (re-exported: the times' one parser)
 from ldpmarket.numbers import as_id, is_ascii_int
 from market.models import Value
 

@@ -1,7 +1,7 @@
 """The hash chains' and the checkpoints' checks (tamper evidence; docs/budget-rules.md#the-audit).
 
-Per shard (docs/budget-rules.md#the-ledger): every block's hash recomputed with ``accounts.ledger.block_hash`` from
-its entries as stored, the shard's blocks linked by ``prev_hash`` in id order from the genesis hash, entry
+Per shard (docs/budget-rules.md#the-ledger): every block's hash recomputed with ``accounts.ledger.hashchain.block_hash``
+from its entries as stored, the shard's blocks linked by ``prev_hash`` in id order from the genesis hash, entry
 counts, the shard's head row pointing at its last block and counting its blocks, every entry of an attribute's
 shard about a value of that attribute, every entry's ``created_at`` equal to its block's (the hash covers the
 block's time, not each entry's), and optionally a block hash recorded earlier (``anchor``) still present --
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from accounts import ledger
-from ldpmarket import ledger_key, merkle
+from accounts.ledger import hashchain as ledger
+from accounts.ledger import merkle, signing
+from accounts.ledger.leaves import block_leaf, entry_tree, head_leaf
 
 from .report import Recorder, when_text
 from .tables import entry_records, lookup
@@ -86,8 +87,8 @@ def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, heads, ancho
 def _leaf_data(leaf) -> bytes:
     _, _, shard, height, head, block_id, count, created_us, entries_root, _ = leaf
     if block_id is None:
-        return ledger.head_leaf(shard, height, head)
-    return ledger.block_leaf(shard, height, block_id, count, created_us, head, entries_root)
+        return head_leaf(shard, height, head)
+    return block_leaf(shard, height, block_id, count, created_us, head, entries_root)
 
 
 def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None) -> None:
@@ -98,14 +99,14 @@ def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None
     rec.check(S, "the checkpoint log's leaves are numbered 0, 1, 2, ... without a gap", gaps, indexes.size,
               lambda i: f"leaf {indexes[i]} sits at position {i}")
     leaf_hashes = [merkle.leaf_hash(_leaf_data(leaf)) for leaf in leaves]
-    key = ledger_key.public_key()
-    key_id = ledger_key.key_id(key)
+    key = signing.public_key()
+    key_id = signing.key_id(key)
     bad_root, bad_sig, bad_order = [], [], []
     previous = 0
     for k, (cid, created_at, size, root_hash, kid, signature) in enumerate(checkpoints):
         if size > len(leaf_hashes) or merkle.root(leaf_hashes[:size]).hex() != root_hash:
             bad_root.append(k)
-        if kid != key_id or not ledger_key.verify(ledger_key.statement(size, root_hash, created_at), signature, key):
+        if kid != key_id or not signing.verify(signing.statement(size, root_hash, created_at), signature, key):
             bad_sig.append(k)
         if size <= previous:
             bad_order.append(k)
@@ -147,10 +148,11 @@ def _check_block_leaves(rec: Recorder, blocks, hashes, leaves, e) -> None:
         k = int(pos[j])
         if not found[j] or (int(blocks["shard"][k]), hashes[k], int(blocks["count"][k]),
                             int(blocks["created_at"][k])) != (shard, head, count, created_us):
-            named.append(f"leaf {index} names block {block_id} of shard {shard} ({count} entries, hash {head[:16]}...), "
+            named.append(f"leaf {index} names block {block_id} of shard {shard} ({count} entries, "
+                         f"hash {head[:16]}...), "
                          + ("which no longer exists" if not found[j] else "which the chain now holds otherwise"))
             continue
-        root, chunks = ledger.entry_tree(entry_records(e, slice(int(starts[k]), int(ends[k]))))
+        root, chunks = entry_tree(entry_records(e, slice(int(starts[k]), int(ends[k]))))
         if root.hex() != entries_root or b"".join(chunks) != (chunk_roots or b""):
             rooted.append(f"leaf {index}: the entries of block {block_id} no longer give the entries root "
                           f"{entries_root[:16]}... it vouched for")

@@ -13,9 +13,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codes import (A_BUYER, A_OWNER, A_PENDING, A_PLATFORM, ACCOUNT_KINDS, K_CHAIN, K_ONESHOT, M_ADJUST, M_EARNING,
-                    M_FEE, M_PAYOUT, M_PURCHASE, M_SETTLEMENT, M_TOPUP, MONEY_KINDS, P_REJECTED, PAYOUT_STATUSES,
-                    S_COMPLETED)
+from .codes import (
+    A_BUYER,
+    A_OWNER,
+    A_PENDING,
+    A_PLATFORM,
+    ACCOUNT_KINDS,
+    K_CHAIN,
+    K_ONESHOT,
+    M_ADJUST,
+    M_EARNING,
+    M_FEE,
+    M_PAYOUT,
+    M_PURCHASE,
+    M_SETTLEMENT,
+    M_TOPUP,
+    MONEY_KINDS,
+    P_REJECTED,
+    PAYOUT_STATUSES,
+    S_COMPLETED,
+)
 from .report import Recorder, money_text
 from .tables import lookup
 
@@ -53,7 +70,8 @@ def check_money(rec: Recorder, e, p, values, a, m, payouts) -> None:
     has[apos[order][ends]] = True
     rec.check(S, "each account's balance equals the sum of its entries", total != a["balance"], na,
               lambda i: f"account {a['id'][i]} ({ACCOUNT_KINDS[a['kind'][i]] if a['kind'][i] >= 0 else '?'}, user "
-                        f"{a['user'][i]}): balance {money_text(a['balance'][i])}, entries sum to {money_text(total[i])}")
+                        f"{a['user'][i]}): balance {money_text(a['balance'][i])}, entries sum to "
+                        f"{money_text(total[i])}")
     rec.check(S, "each account's balance equals its last balance_after", has & (lastafter != a["balance"]), na,
               lambda i: f"account {a['id'][i]}: balance {money_text(a['balance'][i])}, last balance_after "
                         f"{money_text(lastafter[i])}")
@@ -166,8 +184,8 @@ def check_topups_payouts(rec: Recorder, a, m, t, po) -> None:
     held = int(a["balance"].sum())
     rec.check(S, "money is neither created nor lost: balances = top-ups and deposits - payouts",
               np.array([held != inflow - outflow]), 1,
-              lambda i: f"balances add up to {money_text(held)}; top-ups and deposits {money_text(inflow)} less payouts "
-                        f"{money_text(outflow)} make {money_text(inflow - outflow)}")
+              lambda i: f"balances add up to {money_text(held)}; top-ups and deposits {money_text(inflow)} less "
+                        f"payouts {money_text(outflow)} make {money_text(inflow - outflow)}")
 
 
 def check_settlements(rec: Recorder, p, values, a, m, st, rv) -> None:

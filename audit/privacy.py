@@ -21,9 +21,11 @@ import numpy as np
 from scipy.stats import binomtest
 
 from accounts.epsilon import MICRO
-from market import chainstore, domain, sealing
-from market.chains import draw_epsilon
+from market.chains import store
+from market.chains.grow import draw_epsilon
 from market.models import Attribute, Value
+from market.values import inputs as domain
+from market.values import sealing
 from mechanisms.audit import ATTACKERS, LEAK_LEVEL, run_attacks
 from mechanisms.exactness import krr_cells, step_weights
 from mechanisms.random import words
@@ -106,7 +108,8 @@ class PrivacyAuditReport:
 
     def as_text(self) -> str:
         short = {"last_output": "LO", "mle": "MLE", "highest_frequency": "HF", "weighted_highest_frequency": "WHF"}
-        lines = ["Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference): error rate +- standard error of each",
+        lines = ["Privacy audit by inference (docs/mechanisms-reference.md#privacy-audit-by-inference): error rate +- "
+                 "standard error of each",
                  "attacker on a uniform-prior subsample of stored chains, against the Bayes bound 1 - E/(E + m - 1).",
                  "A '!' marks an error rate significantly below the bound (a chain leaks more than its epsilon).", ""]
         for a in self.attributes:
@@ -173,11 +176,11 @@ def _owner_held_steps(attribute, out: AttributeAudit, sample: int, rng) -> None:
                 .values_list("block_id", "slot"))
     block_ids = np.array([r[0] for r in rows], dtype=np.int64)
     slots = np.array([r[1] for r in rows], dtype=np.int64)
-    blocks = chainstore.read(block_ids)
-    eps = np.unique(np.concatenate(chainstore.epsilons_of(blocks, block_ids, slots) + [np.zeros(0, np.int64)]))
+    blocks = store.read(block_ids)
+    eps = np.unique(np.concatenate(store.epsilons_of(blocks, block_ids, slots) + [np.zeros(0, np.int64)]))
     if eps.size < 2:
         return
-    present, outputs = chainstore.grid_of_points(attribute, blocks, block_ids, slots, eps)
+    present, outputs = store.grid_of_points(attribute, blocks, block_ids, slots, eps)
     outputs = outputs[:, :, 0]
     last_eps = np.full(len(rows), -1, dtype=np.int64)
     last_out = np.full(len(rows), -1, dtype=np.int64)
@@ -237,8 +240,8 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
     truth = domain.from_payload(attribute, payload)  # (n, width)
     block_ids = np.array([r[3] for r in rows], dtype=np.int64)
     slots = np.array([r[4] for r in rows], dtype=np.int64)
-    blocks = chainstore.read(block_ids)
-    all_eps = np.concatenate(chainstore.epsilons_of(blocks, block_ids, slots))
+    blocks = store.read(block_ids)
+    all_eps = np.concatenate(store.epsilons_of(blocks, block_ids, slots))
     distinct, counts = np.unique(all_eps, return_counts=True)
     common = distinct[counts >= coverage * len(rows)]
     out.common_epsilons = int(common.size)
@@ -247,7 +250,7 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
         return out
     L = common.size
     try:
-        present, outputs = chainstore.grid_of_points(attribute, blocks, block_ids, slots, common)
+        present, outputs = store.grid_of_points(attribute, blocks, block_ids, slots, common)
     except sealing.SealBroken as exc:
         out.error = f"stored chain points do not open: {exc}"
         return out
@@ -275,10 +278,11 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
 
 def privacy_audit(*, sample: int = 2000, levels: int = 10, attribute_ids: Iterable[int] | None = None,
                   coverage: float = 0.5, rng=None, plot: bool = True) -> PrivacyAuditReport:
-    """Run the four attackers of docs/mechanisms-reference.md#privacy-audit-by-inference on a sample of each attribute's stored chains.
+    """Run the four attackers of docs/mechanisms-reference.md#privacy-audit-by-inference on a sample of each attribute's
+    stored chains.
 
     For each attribute: ``sample`` values with their raw datum are drawn at
-    random; their true inputs are opened (``market.sealing.open_inputs``: an
+    random; their true inputs are opened (``market.values.sealing.open_inputs``: an
     operator tool -- nothing but error rates leaves this function); the
     epsilons present in at least ``coverage`` of the sampled chains form the
     common path; at up to ``levels`` prefixes of it, the chains holding the

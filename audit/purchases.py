@@ -11,8 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codes import (G_LDP, G_NONE, K_CHAIN, K_ONESHOT, KINDS, MECH_GRADUAL, MECHANISM_GUARANTEE, MECHANISMS,
-                    S_COMPLETED, SURVEYS)
+from .codes import (
+    G_LDP,
+    G_NONE,
+    K_CHAIN,
+    K_ONESHOT,
+    KINDS,
+    MECH_GRADUAL,
+    MECHANISM_GUARANTEE,
+    MECHANISMS,
+    S_COMPLETED,
+    SURVEYS,
+)
 from .report import Recorder, eps_text, guarantee_text, mechanism_text, status_text
 from .tables import lookup
 

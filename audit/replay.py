@@ -16,8 +16,7 @@ import numpy as np
 from accounts.epsilon import MICRO
 from accounts.schedule import ceilings_micro
 
-from .codes import (K_CEILING, K_CHAIN, K_HELD, K_ONESHOT, K_PAUSE, K_RAW, K_RESUME, K_SCHEDULE, K_UPLOAD, KINDS,
-                    SHAPES)
+from .codes import K_CEILING, K_CHAIN, K_HELD, K_ONESHOT, K_PAUSE, K_RAW, K_RESUME, K_SCHEDULE, K_UPLOAD, KINDS, SHAPES
 from .report import Recorder, eps_text, when_text
 
 
@@ -151,7 +150,8 @@ def check_replay(rec: Recorder, e) -> Final:
     rec_bad = has & ((v["ceiling"] > in_force) | (fixed & (v["ceiling"] != in_force))
                      | (sched & (v["ceiling"] < v["sched_start"][p])))
     rec.check(S, "each recorded ceiling is the one in force (fixed) or within the schedule at that time", rec_bad,
-              int(has.sum()), lambda i: f"{entry(i)} records ceiling {eps_text(v['ceiling'][i])}; in force: {policy(i)}")
+              int(has.sum()),
+              lambda i: f"{entry(i)} records ceiling {eps_text(v['ceiling'][i])}; in force: {policy(i)}")
     snapshot = has & ~release & ~is_policy
     same = np.ones(n, dtype=bool)
     for col in ("sched_start", "sched_cap", "sched_start_at", "sched_end_at", "sched_shape", "sched_steps"):

@@ -12,8 +12,8 @@ from decimal import Decimal
 import numpy as np
 from django.conf import settings
 
-from accounts import ledger
 from accounts.epsilon import from_micro
+from accounts.ledger import hashchain as ledger
 
 from .codes import GUARANTEES, MECHANISMS, MONEY_UNITS, STATUSES
 

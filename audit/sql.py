@@ -18,7 +18,7 @@ from django.db.models import CharField, F, Func, Value
 
 from accounts.epsilon import MICRO
 from ldpmarket import storage
-from market.pgcopy import copy_out, parse_rows
+from market.chains.pgcopy import copy_out, parse_rows
 
 from .codes import MONEY_UNITS
 

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from accounts import ledger
-from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry,
-                             LedgerHead, MoneyAccount, MoneyEntry, PayoutRequest, Settlement,
-                             TopUp)
+from accounts.ledger import hashchain as ledger
+from accounts.models import (
+    BudgetAccount,
+    LedgerBlock,
+    LedgerCheckpoint,
+    LedgerCheckpointLeaf,
+    LedgerEntry,
+    LedgerHead,
+    MoneyAccount,
+    MoneyEntry,
+    PayoutRequest,
+    Settlement,
+    TopUp,
+)
 from market.models import Purchase, PurchaseChunk, Value
 
-from .codes import (ACCOUNT_KINDS, GUARANTEES, KINDS, MECHANISMS, MONEY_KINDS, PAYOUT_STATUSES, SHAPES,
-                    STATUSES)
+from .codes import ACCOUNT_KINDS, GUARANTEES, KINDS, MECHANISMS, MONEY_KINDS, PAYOUT_STATUSES, SHAPES, STATUSES
 from .sql import code, fetch_ints, fetch_rows, flag, integer, micro, release_values, timestamp_us, units
 
 

@@ -182,6 +182,14 @@ def machine_info() -> dict:
     }
 
 
+def load_text() -> str:
+    """The machine's load averages now (1, 5, 15 minutes), for each round's line: a loaded machine moves ratios."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover - not Unix
+        return "?"
+
+
 def print_machine(info: dict) -> None:
     load = info.get("load_average")
     load_s = " ".join(f"{x:.2f}" for x in load) if load else "?"

@@ -119,7 +119,7 @@ def chain_stats(attribute_id: int | None = None) -> dict:
     the fewest and most points and the lowest and highest head (micro-epsilons); and the block count."""
     import numpy as np
 
-    from market import chainstore
+    from market.chains import store
     from market.models import ChainBlock
 
     blocks = ChainBlock.objects.all()
@@ -129,7 +129,7 @@ def chain_stats(attribute_id: int | None = None) -> dict:
     points, heads = [], []
     ids = sorted(sizes)
     for k in range(0, len(ids), 256):
-        for bid, block in chainstore.read(ids[k:k + 256]).items():
+        for bid, block in store.read(ids[k:k + 256]).items():
             size = sizes[bid]
             points.append(block.present[:, :size].sum(axis=0))
             heads.append(block.heads[:size])

@@ -45,7 +45,8 @@ EPS_KRR = 1.0                   # perturb, numpy k-RR and the peers
 LIMIT_FRACTION = 0.25  # relax >= 25% of the raw CSPRNG word rate
 SLOW_PEER_FACTOR = 100.0  # relax >= 100x multi-freq-ldpy and OpenDP per output
 
-#: Per-output figures quoted in docs/quality-targets.md#performance ("measured once ... re-measure in your runs"), in seconds.
+#: Per-output figures quoted in docs/quality-targets.md#performance ("measured once ... re-measure in your runs"), in
+#: seconds.
 SPEC_FIGURES = {
     "os.urandom": 0.012e-6, "numpy k-RR": 0.024e-6, "pure-ldp": 0.32e-6,
     "multi-freq-ldpy": 31e-6, "opendp": 50e-6,

@@ -2,7 +2,7 @@
 
 One purchase of every value of a categorical attribute (m = 5) at epsilon
 0.35, for n = 10^4, 10^5 and 10^6 values, on PostgreSQL:
-``market.purchases.purchase_claim`` then ``purchase_execute``, timed together
+``market.purchases.execution.purchase_claim`` then ``purchase_execute``, timed together
 from outside (the service code is not touched).  Every chain stores the grid
 points 0.1, 0.2, ..., 1.0 (the ceiling), so each value is **bridged** between
 0.3 and 0.4 and the new point is written back into its chain (chains in blocks,
@@ -12,7 +12,7 @@ block (``accounts_ledgerrelease``: the block's values, owners, losses before and
 earnings as ``bigint[]`` arrays; docs/budget-rules.md#the-ledger), makes 3 money movements (the buyer debited,
 the attribute's ``owners_pending`` account credited the owners' total share, the platform credited its fee;
 default price policy: 0.0035 per value, owner share 0.8) and stores the outputs.  The owners themselves are
-paid later, in batches (``accounts.money.earnings_settle``, docs/money.md#settlement): not part of the
+paid later, in batches (``accounts.money.services.earnings_settle``, docs/money.md#settlement): not part of the
 purchase, and not timed -- the settlement task a purchase enqueues on commit (which this set-up's eager Celery
 would run in-process, inside the purchase's call) is held back during the timed runs.
 
@@ -197,15 +197,15 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
 
     One transaction: the limit's budget UPDATE; one new chain point row per block at e (bitmap and sealed
     outputs of the size of the block's head row, as the bridge adds: ``chainstore.store``); one ledger block and
-    one compact release row per chain block (``accounts_ledgerrelease``, as ``accounts.ledger._insert_releases``
-    writes: the block's values' ids, owners, chain loss 0 -> e, one-shot loss unchanged, ceilings and the owners'
-    earnings as ``array_agg`` in value-id order); the 3 money movements (the buyer debited the price, the
-    attribute's pending-earnings account credited the owners' total share, the platform its fee: balances and
-    entries); the outputs in chunks of ``market.purchases.CHUNK`` -- each an ``INSERT ... SELECT`` or ``UPDATE``
-    over the attribute's values.  Nothing is read into Python, locked beforehand, hashed or computed.  The deferred
-    foreign-key checks run (``SET CONSTRAINTS ALL IMMEDIATE``), then the transaction is rolled back so every round
-    starts alike; the commit's own WAL flush is the only cost not timed.  Returns the seconds of it all and of the
-    foreign-key checks alone.
+    one compact release row per chain block (``accounts_ledgerrelease``, as
+    ``accounts.ledger.hashchain._insert_releases`` writes: the block's values' ids, owners, chain loss 0 -> e, one-shot
+    loss unchanged, ceilings and the owners' earnings as ``array_agg`` in value-id order); the 3 money movements (the
+    buyer debited the price, the attribute's pending-earnings account credited the owners' total share, the platform its
+    fee: balances and entries); the outputs in chunks of ``market.purchases.execution.CHUNK`` -- each an
+    ``INSERT ... SELECT`` or ``UPDATE`` over the attribute's values.  Nothing is read into Python, locked beforehand,
+    hashed or computed.  The deferred foreign-key checks run (``SET CONSTRAINTS ALL IMMEDIATE``), then the transaction
+    is rolled back so every round starts alike; the commit's own WAL flush is the only cost not timed.  Returns the
+    seconds of it all and of the foreign-key checks alone.
 
     The checks alone are a bound on any implementation of these rows: the server checks each inserted row's
     foreign keys once, however the client inserts it (``INSERT ... SELECT`` here, binary COPY in the service).
@@ -214,7 +214,7 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
     from django.db import connection, transaction
 
     from market.models import Attribute, Purchase
-    from market.purchases import CHUNK
+    from market.purchases.execution import CHUNK
 
     attribute = Attribute.objects.get(id=attribute_id)
     buyer = _new_buyer(n)
@@ -305,21 +305,21 @@ class _RollBack(Exception):
 
 #: (module, class or None, function, label): what purchase_execute calls, in the order it calls them.
 PROBES = [
-    ("market.releases", None, "candidates", "lock + read budgets (candidates)"),
-    ("market.chainstore", None, "lock", "chain lock (chainstore.lock)"),
-    ("market.chainstore", None, "read", "read blocks + bitmaps (chainstore.read)"),
-    ("market.chainstore", None, "neighbours", "open neighbours of e (chainstore.neighbours)"),
-    ("market.releases", None, "_inputs_for_extension", "inputs for extension"),
-    ("market.chainsets", None, "at", "bridge (chainsets.at)"),
-    ("market.releases", None, "held_epsilons", "holdings derived (held_epsilons)"),
+    ("market.purchases.releases", None, "candidates", "lock + read budgets (candidates)"),
+    ("market.chains.store", None, "lock", "chain lock (chainstore.lock)"),
+    ("market.chains.store", None, "read", "read blocks + bitmaps (chainstore.read)"),
+    ("market.chains.store", None, "neighbours", "open neighbours of e (chainstore.neighbours)"),
+    ("market.purchases.releases", None, "_inputs_for_extension", "inputs for extension"),
+    ("market.chains.sets", None, "at", "bridge (chainsets.at)"),
+    ("market.purchases.releases", None, "held_epsilons", "holdings derived (held_epsilons)"),
     ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
-    ("market.chainstore", None, "store", "seal + write points (chainstore.store)"),
-    ("market.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
-    ("market.purchases", None, "_move_money", "money movements (_move_money)"),
+    ("market.chains.store", None, "store", "seal + write points (chainstore.store)"),
+    ("market.purchases.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
+    ("market.purchases", None, "move_money", "money movements (move_money)"),
     ("market.purchases", None, "_write_chunks", "write outputs (_write_chunks)"),
     ("accounts.ledger", None, "append", "ledger block + compact rows (ledger.append)"),
     ("ldpmarket.storage", None, "check_deferred_constraints", "deferred row checks (check_deferred_constraints)"),
-    ("market.purchases", None, "_credit_platform", "platform fee (_credit_platform)"),
+    ("market.purchases", None, "credit_platform", "platform fee (credit_platform)"),
 ]
 #: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
 GAPS = {
@@ -473,7 +473,7 @@ def _run_purchase(attribute_id: int, n: int, *, probes: bool = True, profile: cP
     from django.db import OperationalError
 
     from market.models import Attribute, Purchase
-    from market.purchases import purchase_claim, purchase_execute
+    from market.purchases.execution import purchase_claim, purchase_execute
 
     buyer = _new_buyer(n)
     attribute = Attribute.objects.get(id=attribute_id)
@@ -750,8 +750,8 @@ def main() -> dict:
                   f"{100 * r['reference_writes_alone_ratio_to_limit']:.1f}%",
                   f"{100 * r['reference_fk_checks_ratio_to_limit']:.1f}%"]
         if r["finished"]:
-            return [_common.pow10(r["n"]), _common.si(r["purchase_values_per_second"], "/s"), f"{r['purchase_seconds']:.3f}",
-                    f"{r['us_per_value']:.2f}", f"{r['us_per_value'] / base_us:.2f}",
+            return [_common.pow10(r["n"]), _common.si(r["purchase_values_per_second"], "/s"),
+                    f"{r['purchase_seconds']:.3f}", f"{r['us_per_value']:.2f}", f"{r['us_per_value'] / base_us:.2f}",
                     _common.si(r["limit_rows_per_second"], "/s"), f"{r['limit_seconds']:.3f}",
                     f"{100 * r['ratio_to_limit']:.1f}%", "PASS" if r["pass"] else "FAIL", *writes,
                     f"{100 * r['ratio_to_writes_alone']:.0f}%"]
@@ -777,7 +777,8 @@ def main() -> dict:
                 phase_names.append(p)
     if finished:
         _common.print_table(
-            ["phase (best round)"] + [_common.pow10(r["n"]) for r in finished] + ["us/value at " + _common.pow10(finished[-1]["n"])],
+            ["phase (best round)"] + [_common.pow10(r["n"]) for r in finished]
+            + ["us/value at " + _common.pow10(finished[-1]["n"])],
             [[p] + [f"{r['phases_best_round'].get(p, 0.0):.3f} s "
                     f"({100 * r['phases_best_round'].get(p, 0.0) / r['purchase_seconds']:.0f}%)" for r in finished]
              + [f"{1e6 * finished[-1]['phases_best_round'].get(p, 0.0) / finished[-1]['n']:.2f}"]
@@ -814,12 +815,13 @@ def main() -> dict:
     print("Targets (docs/quality-targets.md#performance E3):")
     for r in results:
         if r["finished"]:
-            print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: "
+            print(f"{'PASS' if r['pass'] else 'FAIL':4}  purchase >= {TARGET:.0%} of the limit  "
+                  f"n={_common.pow10(r['n'])}: "
                   f"{100 * r['ratio_to_limit']:.1f}% ({r['purchase_values_per_second']:,.0f} values/s vs "
                   f"{r['limit_rows_per_second']:,.0f} rows/s)")
         else:
-            print(f"FAIL  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: DID NOT FINISH, cancelled after "
-                  f"{r['purchase_seconds_at_least']:.0f} s in {r['stuck_in']} (<= "
+            print(f"FAIL  purchase >= {TARGET:.0%} of the limit  n={_common.pow10(r['n'])}: DID NOT FINISH, "
+                  f"cancelled after {r['purchase_seconds_at_least']:.0f} s in {r['stuck_in']} (<= "
                   f"{100 * r['ratio_to_limit_at_most']:.2f}%; limit {r['limit_rows_per_second']:,.0f} rows/s)")
     if len(results) > 1:
         print(f"{'PASS' if linear else 'FAIL':4}  linear in n                n={_common.pow10(small['n'])} -> "
@@ -842,8 +844,9 @@ def main() -> dict:
             "owners": "one owner per value; a purchase records each value's owner share in its compact ledger rows "
                       "and credits their total to the attribute's owners_pending account (3 money entries per "
                       "purchase: buyer, pending, platform); owners are paid later in batches "
-                      "(accounts.money.earnings_settle), not part of the purchase and not timed (the settlement "
-                      "task the purchase enqueues is held back); the platform and pending accounts exist beforehand",
+                      "(accounts.money.services.earnings_settle), not part of the purchase and not timed (the "
+                      "settlement task the purchase enqueues is held back); the platform and pending accounts exist "
+                      "beforehand",
             "target_ratio": TARGET, "linear_factor": LINEAR_FACTOR, "postgresql": pg_version,
             "purchase": "purchase_claim + purchase_execute (market.purchases), called directly, secure default "
                         "rng; a fresh buyer per run (no upgrade credit)",
@@ -858,8 +861,8 @@ def main() -> dict:
                                       "3 money movements: buyer debit, owners_pending credit, platform fee; output "
                                       "chunks), deferred FK checks forced, then rolled back (the commit's WAL "
                                       "flush not timed)",
-            "reset_before_each_timed_run": "market_chainpoint re-filled from a snapshot and market_chainblock heads and "
-                                           "revisions put back, chain_loss = 0, VACUUM ANALYZE, "
+            "reset_before_each_timed_run": "market_chainpoint re-filled from a snapshot and market_chainblock heads "
+                                           "and revisions put back, chain_loss = 0, VACUUM ANALYZE, "
                                            "CHECKPOINT",
             "max_seconds": MAX_SECONDS,
         },

@@ -300,7 +300,6 @@ def main() -> dict:
     t0 = time.perf_counter()
     info = _common.machine_info()
     _common.print_machine(info)
-    from . import e3_purchase as e3
 
     # fixed keys that pass the production rules (ldpmarket.keys): the server runs without DEBUG
     os.environ.setdefault("DJANGO_SECRET_KEY", "e4-bench-S9kQ2wE7rT4yU1iO8pA5sD3fG6hJ0lZxCvBnM-e4-bench-key")

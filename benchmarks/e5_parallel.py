@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -50,7 +51,7 @@ from ._postgres import (
 NAME = "e5_parallel"
 DB_NAME = "ldpbench_e5"
 N = int(float(os.environ.get("E5_N", "1e5")))
-ROUNDS = int(os.environ.get("E5_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("E5_ROUNDS", "5"))
 REDIS = os.environ.get("E5_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/") + "/" + os.environ.get("E5_REDIS_DB",
                                                                                                       "13")
 EPSILON = Decimal("0.35")
@@ -72,8 +73,8 @@ def _attribute(title: str, n: int, seed: int) -> int:
 
     from accounts.models import User
     from market.models import Attribute, Dataset
-    from market.pricing import DEFAULT_POLICY
-    from market.services import values_create_many
+    from market.purchases.pricing import DEFAULT_POLICY
+    from market.values.services import values_create_many
 
     dataset = Dataset.objects.create(title=title)
     attribute = Attribute.objects.create(dataset=dataset, name="category", kind=Attribute.Kind.CATEGORICAL,
@@ -113,7 +114,7 @@ _buyers = 0
 def _claims(attribute_ids: list[int], n: int) -> list[int]:
     """A fresh funded buyer per attribute, each with a claimed purchase of every value at EPSILON."""
     from market.models import Attribute
-    from market.purchases import purchase_claim
+    from market.purchases.execution import purchase_claim
 
     global _buyers
     out = []
@@ -137,8 +138,8 @@ class Worker:
         env = {**os.environ, "CELERY_TASK_ALWAYS_EAGER": "0", "LDP_SETTLE_QUEUE": "e5-settlements-not-run"}
         self.log = open(log, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ldpmarket.celery:app", "worker", "--concurrency", "2", "--pool", "prefork",
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat", "-n",
+            [sys.executable, "-m", "celery", "-A", "ldpmarket.celery:app", "worker", "--concurrency", "2", "--pool",
+             "prefork", "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat", "-n",
              f"e5-{os.getpid()}@localhost"], env=env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.monotonic() + 60
@@ -232,7 +233,7 @@ def main() -> dict:
     print(f"E5 no global lock on PostgreSQL (database {DB_NAME} on {urlsplit(server).hostname}), Redis {REDIS}: two "
           f"attributes of {_common.pow10(N)} values, two buyers, one purchase each at epsilon {EPSILON} (every value "
           f"bridged), run by one Celery worker with 2 processes: both at once vs one after the other; rounds "
-          f"interleaved, best of {ROUNDS}", flush=True)
+          f"interleaved, judged by the median of {ROUNDS} rounds", flush=True)
     admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     admin(server, f"CREATE DATABASE {DB_NAME}")
     os.environ["REDIS_URL"] = REDIS
@@ -261,8 +262,9 @@ def main() -> dict:
             seq.append(t_seq)
             details.append({"at_once_seconds": t_both, "at_once_each": d_both, "sequential_seconds": t_seq,
                             "sequential_each": d_seq})
-            print(f"  round {r + 1}/{ROUNDS}: at once {t_both:.2f} s (each {', '.join(f'{d:.2f}' for d in d_both)} s), "
-                  f"one after the other {t_seq:.2f} s (each {', '.join(f'{d:.2f}' for d in d_seq)} s): "
+            each_both, each_seq = (", ".join(f"{d:.2f}" for d in each) for each in (d_both, d_seq))
+            print(f"  round {r + 1}/{ROUNDS} (load {_common.load_text()}): at once {t_both:.2f} s "
+                  f"(each {each_both} s), one after the other {t_seq:.2f} s (each {each_seq} s): "
                   f"{t_both / t_seq:.2f}x", flush=True)
     finally:
         if worker is not None:
@@ -275,19 +277,21 @@ def main() -> dict:
             pass
         admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     best_both, best_seq = min(both), min(seq)
-    ratio = best_both / best_seq
+    ratios = [b / s for b, s in zip(both, seq)]
+    ratio = statistics.median(ratios)  # judged by the median round (each round's two runs side by side)
     print()
     _common.print_table(
-        ["n per attribute", "at once s", "one after the other s", "ratio", "target", "pass"],
+        ["n per attribute", "at once s (best)", "one after the other s (best)", "median ratio", "target", "pass"],
         [[_common.pow10(N), f"{best_both:.2f}", f"{best_seq:.2f}", f"{ratio:.2f}x", f"<= {TARGET}x",
           "PASS" if ratio <= TARGET else "FAIL"]],
         title="E5: two purchases of different attributes by two worker processes at once vs one after the other "
-              "(best of the rounds)")
+              "(the median round's ratio)")
     verdict = "PASS" if ratio <= TARGET else "FAIL"
-    print(f"\n{verdict}  two attributes at once <= {TARGET}x sequential   {ratio:.2f}x ({best_both:.2f} s vs "
-          f"{best_seq:.2f} s)")
+    print(f"\n{verdict}  two attributes at once <= {TARGET}x sequential   median {ratio:.2f}x (rounds "
+          f"{', '.join(f'{x:.2f}' for x in ratios)})")
     data = {"machine": info, "n_per_attribute": N, "rounds": ROUNDS, "epsilon": str(EPSILON),
             "at_once_best_seconds": best_both, "sequential_best_seconds": best_seq, "ratio": ratio,
+            "ratio_each_round": ratios, "ratio_best_of_each_side": best_both / best_seq,
             "target": TARGET, "pass": ratio <= TARGET, "rounds_detail": details}
     path = _common.write_results(NAME, data)
     print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")

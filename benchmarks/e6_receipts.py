@@ -7,13 +7,13 @@ For n = 10^5 and 10^6 values of one categorical attribute, on PostgreSQL, with E
 (a) **the purchase** (the reference): one purchase of every value at epsilon 0.35 through the service path,
     ``purchase_claim`` + ``purchase_execute`` (E3's ``_run_purchase``, the owners' settlement it enqueues held
     back as in E3), checked as E3 checks it.  It appends one ledger block of n chain releases.
-(b) **the checkpoint that covers it**: ``accounts.checkpoints.checkpoint_make()`` appending that block's leaf:
-    reading the block's n entries a window of 65,536 at a time (``ledger.block_tree``: ``ledger.records_at``),
+(b) **the checkpoint that covers it**: ``accounts.ledger.checkpoints.checkpoint_make()`` appending that block's leaf:
+    reading the block's n entries a window of 65,536 at a time (``block_tree``: ``records_at``),
     re-hashing the block (the records laid out by ``ledger.canonical_records``), hashing every entry and the roots
-    of its chunks of 2,048 (``ledger.chunk_roots``), the log's root, the signature, the
+    of its chunks of 2,048 (``chunk_roots``), the log's root, the signature, the
     leaf row.  Reported as a ratio to (a): what the checkpoint task pays for a purchase, relative to the purchase.
     It must append exactly one leaf, for that block, of n entries.
-(c) **receipts**: ``accounts.receipts.receipts_bundle(value_ids=...)`` for 100 values drawn at random (fixed
+(c) **receipts**: ``accounts.ledger.receipts.receipts_bundle(value_ids=...)`` for 100 values drawn at random (fixed
     seed) from the attribute (best of ``E6_BUNDLE_REPEAT`` calls), and for each of those values alone (one call
     per value: the per-request latency; median, 90th percentile and max over the 100).  A receipt's entry proof
     reads one chunk of 2,048 entries whatever n is, so neither should grow with n: the two sizes are printed side
@@ -24,20 +24,20 @@ For n = 10^5 and 10^6 values of one categorical attribute, on PostgreSQL, with E
 Before (b) and before (c) the tables just written are analyzed and the server checkpointed (``CHECKPOINT``), so
 neither pays for the writes before it and the planner has the ledger tables' statistics (untimed).
 
-Correctness, not timed, every round: every receipt of the 100-value bundle verifies with ``ldpmarket.merkle``
+Correctness, not timed, every round: every receipt of the 100-value bundle verifies with ``accounts.ledger.merkle``
 alone -- the entry data (decoded from its bytes: the value, a chain release of epsilon 0.35 by this purchase,
 losses 0 -> 0.35, ceiling 1.0) is leaf ``entry_index`` of a tree of ``block_size`` = n leaves whose root is the
 entries root inside ``block_data`` (which names the purchase's block and n entries), and ``block_data`` is leaf
-``block_index`` of the signed checkpoint's tree -- the checkpoint's signature verifies (``ldpmarket.ledger_key``),
+``block_index`` of the signed checkpoint's tree -- the checkpoint's signature verifies (``accounts.ledger.signing``),
 nothing is pending, a receipt with one byte of its entry changed does NOT verify, and each single-value call
 answers exactly the receipt the bundle holds for that value.  So the benchmark cannot time something broken.
 
 Where the time goes: the timed checkpoint runs with ``perf_counter`` probes around the module functions
-``checkpoint_make`` calls (``ledger.records_at``, ``ledger.canonical_records``, ``ledger.chunk_roots`` and within it
-``ledger.entry_leaf_hashes``, ``ledger.log_leaf_hashes``, ``ledger_key.sign``; the service code is not touched)
+``checkpoint_make`` calls (``records_at``, ``ledger.canonical_records``, ``chunk_roots`` and within it
+``entry_leaf_hashes``, ``log_leaf_hashes``, ``ledger_key.sign``; the service code is not touched)
 and a Django ``execute_wrapper`` splitting ``records_at`` into its SQL (server, transfer) and the rest (psycopg
 parsing the ``bigint[]`` arrays into Python lists, numpy filling the records); one extra call of the 100-value
-bundle per round runs with probes too (``receipts._entry_proofs``, ``ledger.records_at``, ``receipts._log_tree``).
+bundle per round runs with probes too (``receipts._entry_proofs``, ``records_at``, ``receipts._log_tree``).
 
 Memory: after the rounds of each n the checkpoint rows are cleared and the same checkpoint is made once more,
 untimed, in a fresh child process (``python -m benchmarks.e6_receipts --checkpoint-child``: Django on the same
@@ -190,14 +190,14 @@ class _Probes:
         self._undo.clear()
 
 
-READ = "read entries (ledger.records_at)"
+READ = "read entries (records_at)"
 READ_SQL = "  of which SQL: server + transfer"
 READ_REST = "  of which parse arrays + fill records"
 REHASH = "block hash records (ledger.canonical_records)"
-TREE = "entry tree (ledger.chunk_roots)"
+TREE = "entry tree (chunk_roots)"
 LEAVES = "  of which entry hashes (entry_leaf_hashes)"
 ROOTS = "  of which chunk roots + root (merkle.root)"
-LOG = "log leaf hashes (ledger.log_leaf_hashes)"
+LOG = "log leaf hashes (log_leaf_hashes)"
 SIGN = "sign (ledger_key.sign)"
 OTHER = "other (uncovered blocks, heights, log root, leaf row, commit)"
 
@@ -206,9 +206,9 @@ def _checkpoint_probed() -> tuple[float, object, dict]:
     """``checkpoint_make()`` timed, with its phases."""
     from django.db import connection
 
-    from accounts import ledger
-    from accounts.checkpoints import checkpoint_make
-    from ldpmarket import ledger_key
+    from accounts.ledger import hashchain as ledger
+    from accounts.ledger import signing as ledger_key
+    from accounts.ledger.checkpoints import checkpoint_make
 
     pr = _Probes()
     pr.wrap(ledger, "records_at", READ)
@@ -234,13 +234,14 @@ def _checkpoint_probed() -> tuple[float, object, dict]:
 
 
 R_PROOFS = "entry proofs (receipts._entry_proofs)"
-R_CHUNKS = "  of which read chunks (ledger.records_at)"
+R_CHUNKS = "  of which read chunks (records_at)"
 R_LOG = "log tree + block proofs (receipts._log_tree)"
 R_OTHER = "other (checkpoint, entries query, leaves query, receipts as JSON)"
 
 
 def _bundle_probed(value_ids) -> dict:
-    from accounts import ledger, receipts
+    from accounts.ledger import hashchain as ledger
+    from accounts.ledger import receipts
 
     pr = _Probes()
     pr.wrap(receipts, "_entry_proofs", R_PROOFS)
@@ -269,8 +270,10 @@ def _ints(data: bytes, count: int) -> list[int]:
 
 def _verify(bundle: dict, value_ids: list[int], *, n: int, purchase_id: int, block_id: int, epsilon_micro: int,
             ceiling_micro: int) -> None:
-    """Every receipt proven with ``ldpmarket.merkle`` from the bytes alone (module doc); raises when one is not."""
-    from ldpmarket import ledger_key, merkle
+    """Every receipt proven with ``accounts.ledger.merkle`` from the bytes alone (module doc); raises when one is
+    not."""
+    from accounts.ledger import merkle
+    from accounts.ledger import signing as ledger_key
 
     cp = bundle["checkpoint"]
     if bundle["format"] != "ldpmarket-receipts-v1" or cp is None or bundle["pending"]:
@@ -324,8 +327,8 @@ def _verify(bundle: dict, value_ids: list[int], *, n: int, purchase_id: int, blo
 def _round(attribute_id: int, n: int, sample: list[int]) -> dict:
     from django.conf import settings
 
+    from accounts.ledger.receipts import receipts_bundle
     from accounts.models import LedgerCheckpointLeaf, LedgerRelease
-    from accounts.receipts import receipts_bundle
 
     from . import e3_purchase as e3
 
@@ -395,7 +398,7 @@ def _checkpoint_child(db_url: str, name: str) -> None:
     setup_django(db_url, name, migrate=False)
     from django.db import connection
 
-    from accounts.checkpoints import checkpoint_make
+    from accounts.ledger.checkpoints import checkpoint_make
 
     connection.ensure_connection()
     gc.collect()
@@ -457,9 +460,9 @@ def measure(n: int, rounds: int) -> dict:
               f"receipts of {SAMPLE} values {1e3 * run['bundle_seconds']:.1f} ms ({run['chunks_read']} chunks), "
               f"of one value median {1e3 * run['single_median']:.2f} ms; all {SAMPLE} receipts verified", flush=True)
     fresh = _checkpoint_fresh_process(runs[-1]["checkpoint_root"])
-    print(f"  n={_common.pow10(n)} fresh process (untimed): checkpoint peak RSS {fresh['rss_peak_kib'] / 1024:.0f} MiB, "
-          f"{fresh['rss_before_kib'] / 1024:.0f} MiB before it, its share {fresh['checkpoint_share_kib'] / 1024:.0f} MiB "
-          f"({fresh['seconds']:.2f} s)", flush=True)
+    print(f"  n={_common.pow10(n)} fresh process (untimed): checkpoint peak RSS "
+          f"{fresh['rss_peak_kib'] / 1024:.0f} MiB, {fresh['rss_before_kib'] / 1024:.0f} MiB before it, its share "
+          f"{fresh['checkpoint_share_kib'] / 1024:.0f} MiB ({fresh['seconds']:.2f} s)", flush=True)
     purchase = min(r["purchase_seconds"] for r in runs)
     best_cp = min(runs, key=lambda r: r["checkpoint_seconds"])
     best_single = min(runs, key=lambda r: r["single_median"])
@@ -538,7 +541,9 @@ def main() -> dict:
         admin(server, f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     print(flush=True)
 
-    ms = lambda s: f"{1e3 * s:.1f}"
+    def ms(s):
+        return f"{1e3 * s:.1f}"
+
     small, big = results[0], results[-1]
     rows = [
         ["purchase (reference) s", *(f"{r['purchase_seconds']:.2f}" for r in results)],
@@ -609,11 +614,11 @@ def main() -> dict:
             "sample_seed": SEED, "bundle_repeat": BUNDLE_REPEAT, "postgresql": pg_version,
             "purchase": "benchmarks.e3_purchase set-up and _run_purchase: purchase_claim + purchase_execute of every "
                         "value at epsilon 0.35 (bridged), settlement held back; checked as E3 checks it",
-            "checkpoint": "accounts.checkpoints.checkpoint_make() right after the purchase: one leaf, the purchase's "
-                          "block of n entries, tree size 1",
-            "receipts": "accounts.receipts.receipts_bundle(value_ids=...) of 100 random values (best of "
+            "checkpoint": "accounts.ledger.checkpoints.checkpoint_make() right after the purchase: one leaf, the "
+                          "purchase's block of n entries, tree size 1",
+            "receipts": "accounts.ledger.receipts.receipts_bundle(value_ids=...) of 100 random values (best of "
                         "bundle_repeat calls) and of each value alone; the checkpoint's log tree built once before",
-            "verified_untimed": "every receipt of the 100 by ldpmarket.merkle (entry in the entries root of "
+            "verified_untimed": "every receipt of the 100 by accounts.ledger.merkle (entry in the entries root of "
                                 "block_data, block leaf in the signed root), the signature, the entry's decoded "
                                 "fields, a forged entry refused, single-value receipts equal to the bundle's",
             "before_timed_steps": "ANALYZE of the tables just written, CHECKPOINT",

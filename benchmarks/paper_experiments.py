@@ -18,10 +18,10 @@ eps = 0.1, 0.2, ..., 1.0 with ``relaxation.chain``; 100 repetitions: the five es
 *Variance model.*  The experiments hold the population fixed (exactly 600 ones; exactly 100..500 of
 each value): only the randomized response is random.  Its variance is Appendix G's
 ``[f p(1-p) + (1-f) q(1-q)] / (n (p-q)^2)`` (``estimators.frequency_variance_fixed``); for m = 2,
-``p(1-p) = q(1-q)`` and it is Eq. (67), ``E/(n (E-1)^2)``, whatever f.  The estimation section's (docs/mechanisms-reference.md#estimation)
-``t(1-t)/(n (p-q)^2)`` (``estimators.frequency_variance``) is the variance when every value is drawn
-iid with frequency f; it is larger by ``f(1-f)/n``.  Checks use the fixed form; both are printed.
-Eq. (68) for noisy sampling is likewise exact for a fixed population.
+``p(1-p) = q(1-q)`` and it is Eq. (67), ``E/(n (E-1)^2)``, whatever f.  The estimation section's
+(docs/mechanisms-reference.md#estimation) ``t(1-t)/(n (p-q)^2)`` (``estimators.frequency_variance``) is the variance
+when every value is drawn iid with frequency f; it is larger by ``f(1-f)/n``.  Checks use the fixed form; both are
+printed.  Eq. (68) for noisy sampling is likewise exact for a fixed population.
 
 *Checks* (4 standard errors, R repetitions): a mean within 4 SE (sample SD / sqrt(R)) of the truth;
 a sample variance within 4 SE (``Var sqrt(2/(R-1))``, normal sampling) of the fixed-population theory;
@@ -262,7 +262,8 @@ def report_binary(b: dict, checks: Checks) -> dict:
         title=f"Binary experiment (Fig. 2a): estimated share of ones, truth {truth:g}, n = {b['n']}, "
               f"{reps} repetitions, gradual release along eps_ns(K) (eps_alpha = {EPS_ALPHA:g}, "
               f"eps_beta = {EPS_BETA:g}).\nSD fixed = fixed-population variance (App. G; for m = 2 it is "
-              f"Eq. 67); SD iid = the t(1-t) form of docs/mechanisms-reference.md#estimation (values drawn iid), larger by f(1-f)/n.\n"
+              "Eq. 67); SD iid = the t(1-t) form of docs/mechanisms-reference.md#estimation (values drawn iid), "
+              "larger by f(1-f)/n.\n"
               f"check: |z mean| <= {Z:g}, |z var fix| <= {Z:g}, share of estimates inside truth +- 2 SD "
               f"fixed within {Z:g} SE of {COVERAGE_2SIGMA:.4f}")
 
@@ -397,8 +398,8 @@ def report_categorical(c: dict, checks: Checks) -> dict:
         title=f"Categorical experiment (Fig. 3a-e): estimated frequency of each value, n = {c['n']} "
               f"(counts {', '.join(map(str, c['counts']))} of values 1..{m}), k-RR relaxed along eps = "
               f"{c['eps'][0]:g}..{c['eps'][-1]:g}, {reps} repetitions.\nSD App.G = fixed-population variance "
-              f"(Appendix G); SD iid = the t(1-t) form of docs/mechanisms-reference.md#estimation.  check: |z mean| <= {Z:g}, |z var fix| <= "
-              f"{Z:g}, 2-sigma coverage within {Z:g} SE of {COVERAGE_2SIGMA:.4f}")
+              "(Appendix G); SD iid = the t(1-t) form of docs/mechanisms-reference.md#estimation.  check: "
+              f"|z mean| <= {Z:g}, |z var fix| <= {Z:g}, 2-sigma coverage within {Z:g} SE of {COVERAGE_2SIGMA:.4f}")
     attacks = _report_attacks(
         checks, "categorical_attacks", c["error_rates"], c["bound"], c["leak_flags"],
         [f"{e:.1f}" for e in c["eps"]], c["eps"], "eps_L",

@@ -1,4 +1,5 @@
-"""Reproduction of "Locally Private Sampling with Public Data" (seed 002; docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
+"""Reproduction of "Locally Private Sampling with Public Data" (seed 002;
+docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
 
 *Synthetic experiment* (paper Sec. 5.2, Figure 2): alphabet n = 100, eps = 8, 10 runs.  Each run draws a
 public prior ``q ~ U[0, 1]^n`` normalised; the owner's distribution ``p`` has first coordinate ``p1``
@@ -9,8 +10,8 @@ of the gap between ``p`` and the sampling distribution of
 * the relative mollifier (Husain et al.): the KL projection (``mollifier_kl``, for KL) and the TV
   projection (``mollifier_tv``, the paper's Appendix A.8 linear program, for TV).
 
-The expectation of docs/mechanisms-reference.md: the mollifier wins for nearly uniform ``p``; the optimal sampler wins once ``p1``
-is above about 0.1 (KL) / 0.3 (TV).  Where exactly the curves cross depends on the draws of ``q_1`` (the
+The expectation of docs/mechanisms-reference.md: the mollifier wins for nearly uniform ``p``; the optimal sampler wins
+once ``p1`` is above about 0.1 (KL) / 0.3 (TV).  Where exactly the curves cross depends on the draws of ``q_1`` (the
 mollifier is exact while ``p1 <= q_1 e^(eps/2)``), so besides the paper's 10 runs we locate the crossovers
 over 200 priors (TV projection by its closed form ``max(sum (p - hi)_+, sum (lo - p)_+)``, which the
 10-run part checks against the linear program).
@@ -19,8 +20,8 @@ over 200 priors (TV projection by its closed form ``max(sum (p - hi)_+, sum (lo 
 of each method -- the optimal sampler's worst case equals Gamma; the mollifier's is far larger.
 
 *Sampling check*: ``sample`` (the releasing function) is drawn 200,000 times at three ``p1`` and its
-histogram compared with ``p @ K`` by chi-square.  *Reference values*: the hand-worked kernel of docs/mechanisms-reference.md and
-Example 1 (whose values the paper mislabels as worst-case risks).
+histogram compared with ``p @ K`` by chi-square.  *Reference values*: the hand-worked kernel of
+docs/mechanisms-reference.md and Example 1 (whose values the paper mislabels as worst-case risks).
 
 Run: ``python -m benchmarks.private_sampling_reproduction [--runs 10] [--out DIR]``; results in
 ``benchmarks/results/``: ``private_sampling_reproduction.json`` and ``private_sampling_synthetic.png``.
@@ -36,8 +37,17 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from mechanisms.private_sampling import (kl, minimax_risk, mollifier_kl, mollifier_tv, optimal_kernel,
-                                         output_distribution, randomized_response_kernel, sample, tv)
+from mechanisms.private_sampling import (
+    kl,
+    minimax_risk,
+    mollifier_kl,
+    mollifier_tv,
+    optimal_kernel,
+    output_distribution,
+    randomized_response_kernel,
+    sample,
+    tv,
+)
 
 from . import _common
 
@@ -78,7 +88,8 @@ def synthetic(runs: int, seed: int) -> dict:
         eye = np.eye(N_ALPHABET)
         worst.append({
             "q_min": float(q.min()), "q_1": float(q[0]),
-            # at p1 = 1 (a point mass on symbol 0) formula (3) has no normalising C: the edge case in docs/mechanisms-reference.md#private-sampling-with-a-public-prior
+            # at p1 = 1 (a point mass on symbol 0) formula (3) has no normalising C: the edge case in
+            # docs/mechanisms-reference.md#private-sampling-with-a-public-prior
             "kl_edge_case_at_p1_1": bool(math.exp(EPS / 2) * q[0] + math.exp(-EPS / 2) * (1 - q[0]) < 1),
             "gamma_tv": minimax_risk(q, EPS, "tv"), "gamma_kl": minimax_risk(q, EPS, "kl"),
             "optimal_worst_tv": max(tv(e, e @ K) for e in eye),

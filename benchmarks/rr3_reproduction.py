@@ -1,4 +1,5 @@
-"""RR3 estimator variances against their formulas (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp; the paper has no experiments).
+"""RR3 estimator variances against their formulas (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp; the
+paper has no experiments).
 
 *Variances*: for EWRR3 at its best ``p* = e/(e+2)`` and at the low branch ``1/(2e+1)``, EWRR5,
 RR3†, RR3‡ (as used by LPP‡) and RR3♣, ``REPS`` runs of ``N`` users whose inputs are drawn iid from a

@@ -1,4 +1,5 @@
-"""Reproduction of "An Improved Christofides Mechanism for LDP" (seed 004; docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
+"""Reproduction of "An Improved Christofides Mechanism for LDP" (seed 004;
+docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
 
 *Table 1* (closed form): the length ``pi_A2 - pi_A1`` of the interval where improved Christofides (IC)
 loses to Warner/Simmons, N = 10^4, against the paper's three decimals; then, by simulation (10^5

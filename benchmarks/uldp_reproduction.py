@@ -1,4 +1,5 @@
-"""Reproduction of the ULDP paper's common-mechanism experiment (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum; paper Sec. 6, Fig. 5).
+"""Reproduction of the ULDP paper's common-mechanism experiment
+(docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum; paper Sec. 6, Fig. 5).
 
 *Domain*, shaped like the paper's Foursquare Manhattan data: a 25 x 25 grid (k = 625 regions) over a
 long, thin island (about 40 % of the cells are "water" with probability 0), check-ins concentrated

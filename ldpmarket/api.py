@@ -35,9 +35,15 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpResponse, HttpResponseNotFound
+from django.views.defaults import bad_request, page_not_found, server_error
 from rest_framework import exceptions, pagination, parsers, throttling
 from rest_framework.settings import api_settings
 from rest_framework.utils.encoders import JSONEncoder
+
+from ldpmarket.cache import unreachable
+from ldpmarket.numbers import is_ascii_int, parse_ascii_int
+
+from .problems import PROBLEM_BASE, DomainError, EpsilonError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
 
 
 def _set_rollback() -> None:
@@ -48,12 +54,6 @@ def _set_rollback() -> None:
 
     set_rollback()
 
-from django.views.defaults import bad_request, page_not_found, server_error
-
-from ldpmarket.cache import unreachable
-from ldpmarket.numbers import is_ascii_int, parse_ascii_int
-
-from .problems import PROBLEM_BASE, DomainError, EpsilonError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
 
 log = logging.getLogger("ldpmarket.api")
 
@@ -90,6 +90,18 @@ class TrailingSlashRequired(Problem):
     slug = "trailing-slash-required"
     title = "Trailing slash required"
 
+
+
+def idempotency_key(request, *, what: str) -> str:
+    """The request's ``Idempotency-Key`` header (docs/client.md), checked once for every endpoint that takes one:
+    missing is ``IdempotencyKeyRequired``, not 1 to 255 visible ASCII characters ``IdempotencyKeyInvalid``."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        raise IdempotencyKeyRequired("The Idempotency-Key header is required: send a new unique key (for example "
+                                     f"a UUID) with each {what}, and the same key when retrying it.")
+    if not KEY_RE.match(key):
+        raise IdempotencyKeyInvalid("The Idempotency-Key must be 1 to 255 visible ASCII characters.")
+    return key
 
 def problem_attributes(exc) -> tuple[int, str, str] | None:
     """``(status, slug, title)`` declared by the nearest class of ``exc`` (an error or its class) that declares

@@ -210,7 +210,7 @@ class Column:
 
     @classmethod
     def timestamp(cls, micros_since_unix, null=None) -> "Column":
-        """From int64 microseconds since 1970 (as ``accounts.ledger.micros``)."""
+        """From int64 microseconds since 1970 (as ``accounts.ledger.hashchain.micros``)."""
         shift = timestamp_micros(datetime(1970, 1, 1, tzinfo=timezone.utc))
         return cls((np.asarray(micros_since_unix, dtype=np.int64) + shift).astype(">i8"), null, kind="timestamp")
 

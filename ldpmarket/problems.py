@@ -174,7 +174,7 @@ class PayoutRefused(DomainError):
     title = "Payout refused"
 
 
-# --------------------------------------------------------------- Values and attributes (market.domain)
+# --------------------------------------------------------------- Values and attributes (market.values.inputs)
 
 
 class InvalidValue(DomainError, ValueError):
@@ -193,7 +193,19 @@ class InvalidAttribute(DomainError, ValueError):
     title = "Attribute misconfigured"
 
 
-# --------------------------------------------------------------------- Price policies (market.pricing)
+# --------------------------------------------------------------------- Locks (accounts.locks)
+
+
+class LockOrderViolation(DomainError, RuntimeError):
+    """A lock taken after a later one of the global lock order (``accounts.locks``) in one transaction: a bug,
+    caught where ``LDP_CHECK_LOCK_ORDER`` is on (tests, development)."""
+
+    status = 500
+    slug = "lock-order-violation"
+    title = "Lock order violated"
+
+
+# --------------------------------------------------------------------- Price policies (market.purchases.pricing)
 
 
 class PolicyError(DomainError, ValueError):
@@ -204,7 +216,7 @@ class PolicyError(DomainError, ValueError):
     title = "Invalid price policy"
 
 
-# ---------------------------------------------------------------------- Sealed inputs (market.sealing)
+# ---------------------------------------------------------------------- Sealed inputs (market.values.sealing)
 
 
 class SealBroken(DomainError):
@@ -217,7 +229,7 @@ class SealBroken(DomainError):
     title = "Sealed data does not open"
 
 
-# -------------------------------------------------------- Purchases (market.purchases, market.oneshot)
+# -------------------------------------------------------- Purchases (market.purchases, market.purchases.oneshot)
 
 
 class PurchaseError(DomainError):
@@ -341,7 +353,7 @@ class TooFewRespondents(PurchaseError):
     title = "Too few respondents"
 
 
-# ---------------------------------------------------------------------------- Quotes (market.services)
+# ---------------------------------------------------------------------------- Quotes (market.values.services)
 
 
 class QuoteInvalid(DomainError, ValueError):

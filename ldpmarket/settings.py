@@ -29,7 +29,7 @@ LDP_VALUE_KEY = env("LDP_VALUE_KEY", default="development-value-key-not-for-prod
 LDP_PSEUDONYM_KEY = env("LDP_PSEUDONYM_KEY", default="development-pseudonym-key" if DEBUG else None)
 if not LDP_VALUE_KEY or not LDP_PSEUDONYM_KEY:
     raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY and LDP_PSEUDONYM_KEY (or DJANGO_DEBUG=1).")
-# The Ed25519 key that signs the ledger's checkpoints (ldpmarket.ledger_key, docs/budget-rules.md#checkpoints):
+# The Ed25519 key that signs the ledger's checkpoints (accounts.ledger.signing, docs/budget-rules.md#checkpoints):
 # its seed is derived from this setting, or, when it is empty, from LDP_VALUE_KEY (HKDF, its own label).
 LDP_LEDGER_SIGNING_KEY = env("LDP_LEDGER_SIGNING_KEY", default="")
 if not DEBUG:  # weak, placeholder or repeated keys refuse start-up (docs/security.md, Keys)
@@ -191,7 +191,8 @@ REST_KNOX = {
 REDIS_URL = env("REDIS_URL", default="")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default=REDIS_URL or None)
-CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not (REDIS_URL or env("CELERY_BROKER_URL", default="")))
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER",
+                                    default=not (REDIS_URL or env("CELERY_BROKER_URL", default="")))
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -224,13 +225,15 @@ else:
 # (ldpmarket.cache), trying Redis again after LDP_CACHE_RETRY_SECONDS.
 LDP_SWEEP_INTERVAL_SECONDS = env.float("LDP_SWEEP_INTERVAL_SECONDS", default=15.0)
 LDP_STALE_AFTER_SECONDS = env.int("LDP_STALE_AFTER_SECONDS", default=60)
+# Check the global lock order (accounts/locks.py) at every lock a transaction takes: on in tests and development.
+LDP_CHECK_LOCK_ORDER = env.bool("LDP_CHECK_LOCK_ORDER", default=DEBUG)
 LDP_PURCHASE_MAX_ATTEMPTS = env.int("LDP_PURCHASE_MAX_ATTEMPTS", default=3)
 CELERY_BEAT_SCHEDULE["sweep-stranded"] = {
     "task": "market.tasks.sweep_stranded",
     "schedule": LDP_SWEEP_INTERVAL_SECONDS,
     "options": {"expires": LDP_SWEEP_INTERVAL_SECONDS},  # a sweep that waited longer than that is dropped
 }
-# Signed checkpoints of the ledger (accounts.checkpoints, docs/budget-rules.md#checkpoints): beat makes one every
+# Signed checkpoints of the ledger (accounts.ledger.checkpoints, docs/budget-rules.md#checkpoints): beat makes one every
 # LDP_CHECKPOINT_INTERVAL_SECONDS (none when no block was written); `manage.py ledger_checkpoint` makes one now.
 LDP_CHECKPOINT_INTERVAL_SECONDS = env.float("LDP_CHECKPOINT_INTERVAL_SECONDS", default=600.0)
 # At most this many ledger entries' blocks get their entry trees (docs/receipts.md) in one checkpoint (always at
@@ -241,8 +244,8 @@ CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
     "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,
     "options": {"expires": LDP_CHECKPOINT_INTERVAL_SECONDS},
 }
-# Owners' earnings settlement (accounts.money.earnings_settle, docs/money.md#settlement): each purchase that pays
-# owners enqueues its attribute's settlement on commit; beat settles every attribute every
+# Owners' earnings settlement (accounts.money.services.earnings_settle, docs/money.md#settlement): each purchase that
+# pays owners enqueues its attribute's settlement on commit; beat settles every attribute every
 # LDP_SETTLE_INTERVAL_SECONDS as well (in case such a task was lost).
 LDP_SETTLE_INTERVAL_SECONDS = env.float("LDP_SETTLE_INTERVAL_SECONDS", default=300.0)
 # The Celery queue settlements go to (default, empty: the queue every task goes to); a deployment may give them

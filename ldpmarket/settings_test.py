@@ -19,3 +19,6 @@ from .settings import *  # noqa: E402,F401,F403
 
 CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Every lock taken in the suite is checked against the global lock order (accounts/locks.py).
+LDP_CHECK_LOCK_ORDER = True

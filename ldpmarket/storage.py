@@ -1,4 +1,5 @@
-"""The storage dialects: every PostgreSQL/SQLite difference of the apps, in this one module (docs/architecture.md#storage).
+"""The storage dialects: every PostgreSQL/SQLite difference of the apps, in this one module
+(docs/architecture.md#storage).
 
 The apps ask for set-based operations -- write many rows, update many rows,
 lock-or-create keyed rows, take advisory locks, stream ids -- and each one

@@ -20,7 +20,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="api_docs/redoc.html"),
          name="api-redoc"),
     path("portal/", include("portal.urls")),
-    path("api/v1/audit/", include("audit.urls")),
+    path("api/v1/audit/", include("audit.api")),
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.

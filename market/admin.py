@@ -1,8 +1,8 @@
 """Admin console for the market's models (docs/budget-rules.md#the-audit; access rules in ``accounts.admin``).
 
 Datasets and attributes are curated by staff; values, chains, purchases,
-and released outputs are read-only for everybody (a buyer's holdings are derived from their purchases).  No page ever shows
-a sealed column: a value's raw datum is opened and shown on its page to staff
+and released outputs are read-only for everybody (a buyer's holdings are derived from their purchases).  No page ever
+shows a sealed column: a value's raw datum is opened and shown on its page to staff
 only, and so are the outputs stored in a chain: those released are data buyers
 paid for (auditors read bookkeeping, never purchased data), the others were
 never sold.  Auditors see each step's epsilon and whether it was released.
@@ -19,13 +19,15 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from accounts import roles
-from accounts.admin import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
+from accounts.console import AuditMixin, ReadOnlyAdmin, admin_link, money_text, usage_bar
 from accounts.epsilon import MICRO, to_micro
 from ldpmarket.numbers import as_id
+from market.chains import store
+from market.purchases.oneshot_specs import guarantee_label
+from market.values import inputs as domain
+from market.values import sealing
 
-from . import chainstore, domain, sealing
 from .models import Attribute, Dataset, Purchase, PurchaseChunk, Value
-from .oneshot_specs import guarantee_label
 
 log = logging.getLogger("ldpmarket.audit")
 
@@ -164,7 +166,7 @@ class ValueAdmin(ReadOnlyAdmin):
     def chain_link(self, obj):
         if obj.attribute.is_oneshot or obj.block_id is None:
             return "none (one-shot mechanism: every release is a fresh draw)"
-        points, head = chainstore.lengths_and_heads([(obj.block_id, obj.slot)]).get((obj.block_id, obj.slot), (0, 0))
+        points, head = store.lengths_and_heads([(obj.block_id, obj.slot)]).get((obj.block_id, obj.slot), (0, 0))
         return format_html("{} points up to epsilon {} (slot {} of chain block #{}); its steps are listed below",
                            points, f"{head / MICRO:g}", obj.slot, obj.block_id)
 
@@ -188,13 +190,13 @@ class ValueAdmin(ReadOnlyAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def _steps(self, request, value_id: int) -> dict:
-        """The value's chain, step by step (its slot across its block's rows, ``market.chainstore``), with each
+        """The value's chain, step by step (its slot across its block's rows, ``market.chains.store``), with each
         output shown only to whom may see it."""
         value = Value.objects.filter(id=value_id, block__isnull=False).select_related("attribute", "budget").first()
         if value is None:
             return {}
         attribute = value.attribute
-        eps, out = chainstore.chain_of(attribute, value.block_id, value.slot)
+        eps, out = store.chain_of(attribute, value.block_id, value.slot)
         released = to_micro(value.budget.chain_loss)
         unreleased_shown = roles.can_read_raw_values(request.user)  # never sold: as private as the raw value
         released_shown = roles.can_read_purchased_data(request.user)  # sold: what buyers paid for
@@ -244,7 +246,9 @@ class PurchaseAdmin(ReadOnlyAdmin):
 
         if obj.guarantee:
             return guarantee_label(obj.guarantee)
-        return "epsilon-LDP, gradual release (only the highest epsilon counts)" if obj.mechanism == "gradual_rr" else "-"
+        if obj.mechanism == "gradual_rr":
+            return "epsilon-LDP, gradual release (only the highest epsilon counts)"
+        return "-"
 
     @admin.display(description="ledger entries")
     def ledger(self, obj):
@@ -260,7 +264,8 @@ class PurchaseAdmin(ReadOnlyAdmin):
         totals: dict[str, object] = {}
         for kind, amount in rows:
             totals[kind] = totals.get(kind, 0) + amount
-        return "; ".join(f"{k.replace('_', ' ')}: {money_text(v)}" for k, v in totals.items()) + f" ({len(rows)} movements)"
+        return ("; ".join(f"{k.replace('_', ' ')}: {money_text(v)}" for k, v in totals.items())
+                + f" ({len(rows)} movements)")
 
 
 @admin.register(PurchaseChunk)

@@ -34,7 +34,8 @@ SURVEY_MECHANISMS = registry.SURVEY_CODES
 
 
 def mechanism_choices(records, label) -> type[models.TextChoices]:
-    """Choices derived from the mechanism registry (``mechanisms.registry``, docs/mechanisms.md#the-mechanism-registry)."""
+    """Choices derived from the mechanism registry (``mechanisms.registry``,
+    docs/mechanisms.md#the-mechanism-registry)."""
     return models.TextChoices("Mechanism", [(r.code.upper(), (r.code, label(r))) for r in records])
 
 
@@ -60,7 +61,8 @@ def _guarantee_fits_mechanism() -> Q:
     q = Q(mechanism=registry.GRADUAL_RR.code, guarantee="", charged_epsilon__isnull=True, result__isnull=True)
     oneshot = [r for r in registry.RECORDS if r.is_oneshot]
     for guarantee, codes in _by(oneshot, lambda r: r.guarantee).items():
-        q |= Q(mechanism__in=codes, guarantee=guarantee) if len(codes) > 1 else Q(mechanism=codes[0], guarantee=guarantee)
+        q |= (Q(mechanism__in=codes, guarantee=guarantee) if len(codes) > 1
+              else Q(mechanism=codes[0], guarantee=guarantee))
     return q
 #: Most items of a graph attribute and labels of a distribution attribute (sealed inputs stay small).
 MAX_ITEMS = 1000
@@ -169,7 +171,8 @@ class Attribute(models.Model):
 
     @property
     def is_oneshot(self) -> bool:
-        """Whether values have no chain and every release is a one-shot draw (docs/budget-rules.md#one-shot-losses-add-up)."""
+        """Whether values have no chain and every release is a one-shot draw
+        (docs/budget-rules.md#one-shot-losses-add-up)."""
         return registry.get(self.mechanism).is_oneshot
 
     @property
@@ -236,7 +239,8 @@ class ChainBlock(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["attribute", "index"], name="chain_block_index_unique"),
             models.CheckConstraint(condition=Q(capacity__gte=1, size__lte=F("capacity")), name="chain_block_size"),
-            models.CheckConstraint(condition=Exact(Length("heads"), F("capacity") * 8), name="chain_block_heads_length"),
+            models.CheckConstraint(condition=Exact(Length("heads"), F("capacity") * 8),
+                                   name="chain_block_heads_length"),
         ]
 
     def __str__(self) -> str:
@@ -245,7 +249,7 @@ class ChainBlock(models.Model):
 
 class ChainPoint(models.Model):
     """One stored epsilon of a block's chains: the outputs of the block's slots at ``epsilon`` (micro-epsilons),
-    sealed at rest (``market.sealing.seal_points``: AES-256-GCM bound to the row's attribute, block, epsilon and
+    sealed at rest (``market.values.sealing.seal_points``: AES-256-GCM bound to the row's attribute, block, epsilon and
     ``present`` bitmap).  ``present``: one bit per slot (LSB first), set where the slot has a point here.
 
     ``UNIQUE (block, epsilon)``: a point is inserted once; a writer adding slots to an existing point updates it
@@ -275,7 +279,7 @@ class Value(models.Model):
 
     ``raw_sealed`` is the raw value (Fernet, for the owner's eyes);
     ``input_sealed`` is the mechanism's input (category index, discretized
-    bit, or Bloom bits) sealed by ``market.sealing`` so chains can be extended
+    bit, or Bloom bits) sealed by ``market.values.sealing`` so chains can be extended
     in vectorized batches.  Both are deleted together when the owner deletes
     the raw value; the chain (slot ``slot`` of ``block``) stays sellable up to its head.
 
@@ -415,7 +419,7 @@ class Purchase(models.Model):
 
 class PurchaseChunk(models.Model):
     """Released outputs of a purchase, in chunks: value ids (int64) and outputs (int16, width each, sealed at rest:
-    ``market.sealing.seal_released``)."""
+    ``market.values.sealing.seal_released``)."""
 
     # No index of its own: the (purchase, seq) unique index serves every lookup by purchase.
     purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks", db_index=False)

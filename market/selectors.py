@@ -1,4 +1,5 @@
-"""Reads for the buyer API (docs/architecture.md#the-path-of-a-purchase): catalog histograms, quotes, outputs, estimates, progress.
+"""Reads for the buyer API (docs/architecture.md#the-path-of-a-purchase): catalog histograms, quotes, outputs,
+estimates, progress.
 
 Nothing here writes to the database.  What a buyer can learn from these reads:
 
@@ -30,13 +31,17 @@ from django.utils import timezone
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
 from ldpmarket import problems
+from market.chains import store
+from market.purchases import eligibility as eligible
+from market.purchases import oneshot_specs, oneshot_stats
+from market.purchases.eligibility import candidates, held_epsilons, micro
+from market.purchases.pricing import PricePolicy, units_to_decimal
+from market.values import inputs as domain
+from market.values import sealing
+from market.values.inputs import PredictedError
 from mechanisms import estimators
 
-from . import chainstore, domain, eligible, oneshot_specs, oneshot_stats, sealing
-from .domain import PredictedError
-from .eligible import candidates, held_epsilons, micro
 from .models import Attribute, Purchase, PurchaseChunk
-from .pricing import PricePolicy, units_to_decimal
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +94,7 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
                   .values_list("value__attribute_id", "limit", "value__block_id", "value__slot"))
     if frozen:
         a, lim, b, k = (np.array(c, dtype=np.int64) for c in zip(*frozen))
-        lim = np.minimum(lim, chainstore.heads_of(chainstore.read(b), b, k))
+        lim = np.minimum(lim, store.heads_of(store.read(b), b, k))
         for attribute_id, value_limit in zip(a.tolist(), lim.tolist()):
             by_attribute.setdefault(attribute_id, []).append((value_limit, 1))
     out = {}
@@ -208,19 +213,19 @@ def excluded_counts(obj) -> dict[str, int]:
 def _no_raw(cand, e_micro: int) -> np.ndarray:
     """Which candidates the service holds no input for (the raw datum deleted, or held by the owner's device) and
     whose chain stops below e (the service cannot extend it); their heads are read from their blocks
-    (``market.chainstore``)."""
+    (``market.chains.store``)."""
     out = np.zeros(cand.value_ids.size, dtype=bool)
     sel = np.flatnonzero(~cand.has_raw & (cand.block_ids >= 0))
     if sel.size:
         b, k = cand.block_ids[sel], cand.slots[sel]
-        out[sel] = chainstore.heads_of(chainstore.read(b), b, k) < e_micro
+        out[sel] = store.heads_of(store.read(b), b, k) < e_micro
     return out
 
 
 def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int | None,
           policy: PricePolicy) -> Quote:
     """What a purchase of ``attribute`` at ``epsilon`` would include and cost this buyer now (no locks); the
-    signed token is added by ``market.quotes.quote_issue``."""
+    signed token is added by ``market.purchases.quotes.quote_issue``."""
     e = to_micro(epsilon)
     cand = candidates(attribute, cohort, e, lock=False)
     eligible = cand.eligible
@@ -243,7 +248,8 @@ def quote(*, buyer_id: int, attribute: Attribute, epsilon: Decimal, cohort: int 
 
 
 def oneshot_quote(*, buyer_id: int, attribute: Attribute, spec, cohort: int | None, policy: PricePolicy) -> Quote:
-    """What a one-shot purchase or survey (``market.oneshot_specs.Spec``) would include, cost and charge now (no locks).
+    """What a one-shot purchase or survey (``market.purchases.oneshot_specs.Spec``) would include, cost and charge now
+    (no locks).
 
     Every included value costs the policy price at the charged epsilon (each release is new loss: no upgrade
     credit).  For an improved Christofides survey the charged epsilon is the per-report level of the deck

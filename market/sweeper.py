@@ -26,18 +26,19 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts.epsilon import MICRO
+from accounts.locks import Lock
+from accounts.locks import take as take_lock
 from accounts.models import BudgetAccount
 from ldpmarket import jobs, storage
+from market.chains.extension import EXTENSION_LOCK, extension_lock_key
 
 from .models import Attribute, ChainBlock, Purchase, Value
-from .services import EXTENSION_LOCK, extension_lock_key
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ def sweep_purchases(*, cutoff: datetime, now: datetime) -> tuple[list[int], list
     two sweepers never take the same one); each is failed or given a fresh heartbeat and sent on commit."""
     limit = settings.LDP_PURCHASE_MAX_ATTEMPTS
     with transaction.atomic():
+        take_lock(Lock.PURCHASE)
         stranded = list(Purchase.objects.select_for_update(skip_locked=True, of=("self",))
                         .filter(status__in=[Purchase.Status.PENDING, Purchase.Status.RUNNING],
                                 heartbeat_at__lt=cutoff)

@@ -18,15 +18,15 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
-from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
-from accounts.money import earnings_settle, settle_all
+from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
+from accounts.money.services import earnings_settle, settle_all
 from accounts.services import schedules_advance
 from ldpmarket.problems import ChainConflict, PurchaseConflict, PurchaseError
+from market.chains.extension import chains_extend
+from market.purchases.execution import purchase_fail
+from market.purchases.pipeline import purchase_run
 
 from .models import Purchase
-from .pipeline import purchase_run
-from .purchases import purchase_fail
-from .services import chains_extend
 from .sweeper import sweep
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def advance_schedules() -> int:
 
 @shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
 def make_ledger_checkpoint() -> int:
-    """Sign a checkpoint of the ledger's new blocks (``accounts.checkpoints``; idempotent: none when no block was
+    """Sign a checkpoint of the ledger's new blocks (``accounts.ledger.checkpoints``; idempotent: none when no block was
     written); the tree size it covers.  While blocks remain (one checkpoint takes at most
     ``LDP_CHECKPOINT_MAX_ENTRIES`` entries), the next checkpoint is enqueued."""
     checkpoint = checkpoint_make()
@@ -58,7 +58,7 @@ def make_ledger_checkpoint() -> int:
 
 @shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)
 def settle_earnings(shard: int) -> int:
-    """Settle an attribute's owners' earnings (``accounts.money.earnings_settle``; idempotent), enqueued on the
+    """Settle an attribute's owners' earnings (``accounts.money.services.earnings_settle``; idempotent), enqueued on the
     commit of each purchase that paid owners; the number of settlements made (each of a bounded batch)."""
     made = 0
     while made < 100 and earnings_settle(shard=shard) is not None:
@@ -83,8 +83,8 @@ def sweep_stranded() -> str:
 def run_purchase(self, purchase_id: int) -> str:
     """Run a claimed purchase, one-shot purchase or survey (API: large ones answer 202 and enqueue this on commit).
 
-    One service call, ``market.pipeline.purchase_run``: idempotent (a completed purchase is returned as it is),
-    and its single transaction means a worker killed mid-way leaves nothing behind (a killed pool process's
+    One service call, ``market.purchases.pipeline.purchase_run``: idempotent (a completed purchase is returned as it
+    is), and its single transaction means a worker killed mid-way leaves nothing behind (a killed pool process's
     message is redelivered, ``acks_late``; a killed worker's purchase is sent again by the sweeper).  It marks
     the purchase ``running`` (an attempt, a heartbeat) and records a refused one (``PurchaseError``: short of
     credit, ...) as failed with the reason; here a concurrent change is retried at once and database hiccups

@@ -31,6 +31,12 @@ CELL_DIGITS = 30
 REPORT_DIGITS = 40
 
 
+
+class Unrepresentable(ValueError):
+    """A level whose integer cells do not exist at 64 bits (a cell would be empty, or the true value would get
+    fewer cells than another outcome): the mechanisms refuse it rather than realise more than the level charged
+    (docs/mechanisms.md#exact-sampling).  The one definition, for every one-shot mechanism."""
+
 def exact_decimal(x) -> tuple[Decimal, Decimal]:
     """``(lo, hi)`` Decimals with ``lo <= x <= hi``; equal (the exact value) for ints, floats and Decimals."""
     if isinstance(x, bool):

@@ -347,7 +347,7 @@ class CellTable:
             raise ValueError("too many columns")
         hi = (cells >> np.uint64(32)).sum(axis=1, dtype=np.uint64).tolist()
         lo = (cells & np.uint64(0xFFFFFFFF)).sum(axis=1, dtype=np.uint64).tolist()
-        if any((h << 32) + l != _CELL_TOTAL for h, l in zip(hi, lo)):
+        if any((high << 32) + low != _CELL_TOTAL for high, low in zip(hi, lo)):
             raise ValueError("every row of the cells must sum to exactly 2^64")
         rows = cells.shape[0]
         top = np.argmax(cells, axis=1)

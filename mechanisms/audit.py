@@ -74,9 +74,10 @@ def _step_terms(e1: float, e2: float, m: int) -> StepTerms:
 def chain_log_likelihood(chains, epsilons, m) -> np.ndarray:
     """``L[i, a] = log Pr(o_1..o_L = chains[i] | X = a)``, an (n, m) array.
 
-    ``Pr = rr(eps_1)[a, o_1] * prod_i T_i[o_{i-1}, o_i]`` with the step kernels of docs/mechanisms-reference.md#gradual-release-of-randomized-response:
-    from o_{i-1} = a: p_aa to a, r_a elsewhere; from o_{i-1} = b != a: p_ba to a, p_bb to b, r_b elsewhere.
-    Zero probabilities give -inf.  Loops over a and over steps only.
+    ``Pr = rr(eps_1)[a, o_1] * prod_i T_i[o_{i-1}, o_i]`` with the step kernels of
+    docs/mechanisms-reference.md#gradual-release-of-randomized-response: from o_{i-1} = a: p_aa to a, r_a elsewhere;
+    from o_{i-1} = b != a: p_ba to a, p_bb to b, r_b elsewhere.  Zero probabilities give -inf.  Loops over a and over
+    steps only.
     """
     o, eps, m = _check_chains_eps(chains, epsilons, m)
     n, L = o.shape

@@ -46,7 +46,6 @@ import numpy as np
 from ._validation import check_eps, check_eps_array, check_m, check_values
 from .numeric import check_bounds
 
-
 # ---------------------------------------------------------------------------------------------- validation
 
 def _check_estimation_eps(eps, n_outputs: int | None):

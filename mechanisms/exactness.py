@@ -51,7 +51,8 @@ from fractions import Fraction
 from functools import lru_cache
 
 from ._exact import exp_lower, ln_upper, ratio_at_most
-from ._validation import _show as _shown, check_eps, check_m, exact_epsilon
+from ._validation import _show as _shown
+from ._validation import check_eps, check_m, exact_epsilon
 
 #: Resolution of every marginal: cells are integer multiples of 2^-64.
 TOTAL = 1 << 64

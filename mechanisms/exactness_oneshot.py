@@ -11,8 +11,8 @@ functions and evaluate the mechanism's own privacy definition on the integers, w
 
 * plain LDP (:func:`ldp_level`): over every output column with some mass, ``max_x W[x][y] / min_x W[x][y]``
   (infinite when a column mixes zero and positive cells);
-* ULDP (:func:`uldp_level`, the definition in :mod:`mechanisms.uldp`): every invertible output is produced by exactly one
-  non-sensitive input, and the ratio is taken over the protected outputs only;
+* ULDP (:func:`uldp_level`, the definition in :mod:`mechanisms.uldp`): every invertible output is produced by exactly
+  one non-sensitive input, and the ratio is taken over the protected outputs only;
 * uRAP (:func:`urap_level`): the same definition over the ``2^k`` bit vectors, evaluated in product form
   (the bits are independent given the input, so the worst protected output takes the worst value of each
   bit; an output with a non-sensitive bit set is invertible);
@@ -93,8 +93,8 @@ def ldp_level(cells) -> Fraction | float:
 
 
 def uldp_level(cells, sensitive, protected=None) -> Fraction | float:
-    """The ULDP level of an integer matrix (the definition in :mod:`mechanisms.uldp`; rows = inputs, ``sensitive`` = indices or a
-    mask of the sensitive inputs).  Invertible outputs must be produced by exactly one input, a
+    """The ULDP level of an integer matrix (the definition in :mod:`mechanisms.uldp`; rows = inputs, ``sensitive`` =
+    indices or a mask of the sensitive inputs).  Invertible outputs must be produced by exactly one input, a
     non-sensitive one; the ratio is taken over the protected outputs.  ``protected`` (indices or a mask of
     the output columns) fixes ``Y_P``; by default it is chosen optimally (a column is invertible exactly when
     it meets condition (1)).  Returns ``inf`` when the definition cannot hold."""

@@ -1,4 +1,5 @@
-"""Minimax-optimal locally private sampling with a public prior (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
+"""Minimax-optimal locally private sampling with a public prior
+(docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
 
 An owner summarised by a distribution ``p`` over ``n`` symbols releases **one sample** drawn from
 ``p @ K``, where ``K`` is an eps-LDP Markov kernel shaped by a public prior ``q``.  Privacy is with
@@ -58,7 +59,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._exact import TWO_64, as_fraction, exp_lower, largest_honest
+from ._exact import TWO_64, Unrepresentable, as_fraction, exp_lower, largest_honest
 from ._sampling import CellTable, draw_categorical, safe_cells
 from ._validation import check_eps, check_m
 from .rr import rr_matrix
@@ -165,7 +166,9 @@ def _parts(q: np.ndarray, eps: float) -> _Parts:
 
 
 def optimal_kernel(q, eps) -> np.ndarray:
-    """The minimax-optimal eps-LDP kernel with ``q @ K = q`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior): closed form in q's ascending order, permuted back, O(n^2).
+    """The minimax-optimal eps-LDP kernel with ``q @ K = q``
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior): closed form in q's ascending order, permuted
+    back, O(n^2).
 
     ``q`` must be strictly positive (restrict the alphabet to q's support).  ``K[i, j] = Pr(output j | i)``.
     """
@@ -182,7 +185,8 @@ def optimal_kernel(q, eps) -> np.ndarray:
 
 def randomized_response_kernel(n, eps) -> np.ndarray:
     """n-ary randomized response, ``E/(E + n - 1)`` on the diagonal and ``1/(E + n - 1)`` elsewhere: the
-    optimal kernel for uniform q (docs/mechanisms-reference.md#private-sampling-with-a-public-prior; paper Corollary 2)."""
+    optimal kernel for uniform q (docs/mechanisms-reference.md#private-sampling-with-a-public-prior; paper
+    Corollary 2)."""
     return rr_matrix(check_eps(eps), check_m(n))
 
 
@@ -209,7 +213,8 @@ def _output_distribution(p: np.ndarray, pt: _Parts) -> np.ndarray:
 
 def sample(p, q, eps, rng=None):
     """Release one eps-LDP sample from ``p @ K`` with ``K = optimal_kernel(q, eps)`` (spec
-    docs/mechanisms-reference.md#private-sampling-with-a-public-prior; the only releasing function; each sample costs eps of the owner's budget).
+    docs/mechanisms-reference.md#private-sampling-with-a-public-prior; the only releasing function; each sample costs
+    eps of the owner's budget).
 
     ``p`` is the owner's distribution over q's alphabet (zeros allowed); a 2-D ``p`` holds one
     distribution per row (one owner each) and gives one sample per row.  Returns an ``int`` for 1-D
@@ -253,13 +258,10 @@ def kernel_cells(q, eps) -> CellTable:
     q = _check_probabilities(q, "q", positive=True)
     try:
         return _kernel_cells(q.tobytes(), str(as_fraction(eps)), eps_f)
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         raise ValueError(f"{exc}; the largest epsilon for this prior is {max_epsilon(q)} "
                          "(docs/mechanisms.md)") from None
 
-
-class _Unrepresentable(ValueError):
-    pass
 
 
 @lru_cache(maxsize=8)
@@ -282,7 +284,7 @@ def _kernel_cells(q_bytes: bytes, eps_key: str, eps_f: float) -> CellTable:
     scaled = cells_f * float(TWO_64)
     smallest = scaled[~np.eye(n, dtype=bool)].min()
     if smallest < 1.0 or pt.diag.min() * float(TWO_64) < 1.0:
-        raise _Unrepresentable(f"eps = {eps_f:g} is above what the private sampler can sample honestly for this "
+        raise Unrepresentable(f"eps = {eps_f:g} is above what the private sampler can sample honestly for this "
                                "prior: a kernel probability would be below 2^-64")
     padded = np.ceil(scaled * (1.0 + pad))
     if padded.max() >= float(TWO_64):  # pragma: no cover - off-diagonal cells are below 1 - K_ii
@@ -292,13 +294,13 @@ def _kernel_cells(q_bytes: bytes, eps_key: str, eps_f: float) -> CellTable:
     lo = (cells & np.uint64(0xFFFFFFFF)).sum(axis=1, dtype=np.uint64).tolist()
     diag = [TWO_64 - ((h << 32) + low) for h, low in zip(hi, lo)]
     if min(diag) < 1:
-        raise _Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised with 64-bit "
+        raise Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised with 64-bit "
                                "thresholds for this prior")
     cells[np.arange(n), np.arange(n)] = np.array(diag, dtype=np.uint64)
     col_max, col_min = cells.max(axis=0).tolist(), cells.min(axis=0).tolist()
     a, b = L.numerator, L.denominator
     if any(mx * b > a * mn for mx, mn in zip(col_max, col_min)):
-        raise _Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised within eps "
+        raise Unrepresentable(f"eps = {eps_f:g}: the private sampler's kernel cannot be realised within eps "
                                "with 64-bit thresholds for this prior")
     out = np.empty_like(cells)
     out[np.ix_(order, order)] = cells                # back to q's order (rows and columns)
@@ -339,10 +341,11 @@ def _g_callable(f: Callable, x: np.ndarray) -> np.ndarray:
 
 
 def minimax_risk(q, eps, divergence) -> float:
-    """``Gamma_f(q, eps) = g(K*)``, ``K* = E q_min / (E q_min + 1 - q_min)`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior,
-    "Minimax risk (Theorem 1)"): the smallest worst-case ``D_f(p || pK)`` over eps-LDP kernels keeping
-    q invariant.  Named divergences use ``c = e^-eps (1/q_min - 1)``: TV ``c/(1+c)``, KL ``ln(1+c)``,
-    chi-square ``c``, squared Hellinger ``2(1 - 1/sqrt(1+c))``."""
+    """``Gamma_f(q, eps) = g(K*)``, ``K* = E q_min / (E q_min + 1 - q_min)``
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, "Minimax risk (Theorem 1)"): the smallest
+    worst-case ``D_f(p || pK)`` over eps-LDP kernels keeping q invariant.  Named divergences use
+    ``c = e^-eps (1/q_min - 1)``: TV ``c/(1+c)``, KL ``ln(1+c)``, chi-square ``c``, squared Hellinger
+    ``2(1 - 1/sqrt(1+c))``."""
     eps = check_eps(eps)
     q = _check_probabilities(q, "q", positive=True)
     kind = _divergence_name(divergence)
@@ -361,8 +364,9 @@ def minimax_risk(q, eps, divergence) -> float:
 
 
 def worst_case_divergence(K, divergence) -> float:
-    """``sup_p D_f(p || pK) = max_i g(K_ii)``, attained at a point mass (docs/mechanisms-reference.md#private-sampling-with-a-public-prior,
-    "Minimax risk"; paper Lemma 1), for any row-stochastic ``K``."""
+    """``sup_p D_f(p || pK) = max_i g(K_ii)``, attained at a point mass
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, "Minimax risk"; paper Lemma 1), for any
+    row-stochastic ``K``."""
     K = _check_kernel(K)
     kind = _divergence_name(divergence)
     diag = np.diag(K).copy()
@@ -397,7 +401,8 @@ def _mollifier_bounds(p, q, eps):
 
 def mollifier_kl(p, q, eps) -> np.ndarray:
     """The relative eps-mollifier's KL projection ``argmin_r KL(p || r)`` over
-    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
+    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}``
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
 
     ``r = min(max(q e^(-eps/2), p / C), q e^(eps/2))`` with ``u = 1/C`` solved exactly: ``sum r`` is
     piecewise linear and non-decreasing in ``u``, so the crossing segment is found by bisection over the
@@ -445,10 +450,10 @@ def mollifier_kl(p, q, eps) -> np.ndarray:
 
 def mollifier_tv(p, q, eps) -> np.ndarray:
     """The relative eps-mollifier's TV projection ``argmin_r TV(p, r)`` over
-    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior), by the
-    paper's Appendix A.8 linear program: minimise ``sum z`` with ``z >= p - r``, ``z >= 0``,
-    ``sum r = 1`` and the bounds on ``r`` (scipy HiGHS).  The optimum equals
-    ``max(sum (p - hi)_+, sum (lo - p)_+)``."""
+    ``{q e^(-eps/2) <= r <= q e^(eps/2), sum r = 1}``
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior), by the paper's Appendix A.8 linear program:
+    minimise ``sum z`` with ``z >= p - r``, ``z >= 0``, ``sum r = 1`` and the bounds on ``r`` (scipy HiGHS).  The
+    optimum equals ``max(sum (p - hi)_+, sum (lo - p)_+)``."""
     # SciPy's optimizer takes a noticeable time to load and only the optimal-sampler design needs it
     from scipy.optimize import linprog
 
@@ -487,7 +492,8 @@ def kl(p, r) -> float:
 
 
 def f_divergence(p, r, f) -> float:
-    """``D_f(p || r) = sum_x r(x) f(p(x) / r(x))`` with ``0 f(0/0) = 0`` (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
+    """``D_f(p || r) = sum_x r(x) f(p(x) / r(x))`` with ``0 f(0/0) = 0``
+    (docs/mechanisms-reference.md#private-sampling-with-a-public-prior).
 
     ``f`` is a name (``"tv"``, ``"kl"``, ``"chi2"``, ``"hellinger"``; see module docstring) or a callable
     convex ``f`` with ``f(1) = 0``, applied to arrays and finite at 0; a callable needs ``r > 0`` wherever

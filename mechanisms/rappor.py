@@ -1,4 +1,5 @@
-"""RAPPOR with gradual release instead of repeated noisy sampling, docs/mechanisms-reference.md#rappor-with-gradual-release.
+"""RAPPOR with gradual release instead of repeated noisy sampling,
+docs/mechanisms-reference.md#rappor-with-gradual-release.
 
 A client hashes its string into a Bloom filter of ``num_bits`` bits with
 ``num_hashes`` hash functions (the hash depends on the client's cohort), then
@@ -43,7 +44,6 @@ from scipy.special import expit, logit
 from ._validation import check_eps, check_eps_array, check_increasing
 from .relaxation import chain
 from .rr import perturb
-
 
 # ----------------------------------------------------------------------------------------------
 # validation helpers local to RAPPOR
@@ -335,7 +335,8 @@ class DecodeResult:
 
 def decode_fit(bit_freqs, cohort_sizes, candidates, num_bits, num_hashes, *,
                background: bool = True) -> DecodeResult:
-    """Fit candidate frequencies ``f >= 0`` to the cohorts' estimated bit shares (docs/mechanisms-reference.md#rappor-with-gradual-release).
+    """Fit candidate frequencies ``f >= 0`` to the cohorts' estimated bit shares
+    (docs/mechanisms-reference.md#rappor-with-gradual-release).
 
     Model: ``E[count of bit j set in cohort c] = N_c sum_s f_s P[c, s, j]`` (P = Bloom patterns).  The
     stacked counts are fitted by NNLS with each cohort's rows scaled by 1/sqrt(N_c) (their variance is

@@ -1,4 +1,5 @@
-"""The mechanism registry: one record per mechanism, the one place its facts live (docs/mechanisms.md#the-mechanism-registry).
+"""The mechanism registry: one record per mechanism, the one place its facts live
+(docs/mechanisms.md#the-mechanism-registry).
 
 A :class:`Mechanism` record says what the market needs of a mechanism: its code (stored in the database) and
 its number (the budget audit's code for it), its role (a gradual-release chain, a one-shot release, or a survey
@@ -440,7 +441,9 @@ def _lpp_estimate(shape: Shape, outputs: np.ndarray, charged, params: dict) -> d
     g = rr3.graph_estimates(*args)
     se_degree, se_weight = rr3.lpp_standard_errors(*args)
     names = list(shape.labels)
-    clean = lambda v: None if not math.isfinite(float(v)) else float(v)
+
+    def clean(v) -> float | None:
+        return None if not math.isfinite(float(v)) else float(v)
 
     def item(j: int) -> dict:
         row = {"item": names[j], "samples": int(g.samples[j]), "mean_weight": clean(g.mean_weight[j])}

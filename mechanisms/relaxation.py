@@ -6,8 +6,8 @@ previous output ``o1`` of an eps1 k-RR of the true value ``a`` (paper Eq. 54):
     o1 = a:       o2 = a w.p. p_aa,  each other value w.p. r_a = (1 - p_aa)/(m - 1)
     o1 = b != a:  o2 = a w.p. p_ba,  o2 = b w.p. p_bb,  each other w.p. r_b = (1 - p_ba - p_bb)/(m - 2)
 
-Stable forms (docs/mechanisms-reference.md#gradual-release-of-randomized-response), with ``x = e^-eps2``, ``A = -expm1(-eps2)``,
-``B = 1 + (m - 1) x`` and ``g = -expm1(eps1 - eps2) / (A B)``:
+Stable forms (docs/mechanisms-reference.md#gradual-release-of-randomized-response), with ``x = e^-eps2``,
+``A = -expm1(-eps2)``, ``B = 1 + (m - 1) x`` and ``g = -expm1(eps1 - eps2) / (A B)``:
 
     p_ba = g
     p_aa = 1/B + (m - 1) (-expm1(-eps1)) x / (A B)

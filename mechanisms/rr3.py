@@ -1,4 +1,5 @@
-"""Three-element randomized response and weighted bipartite graphs, docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp (Ma and Wang).
+"""Three-element randomized response and weighted bipartite graphs,
+docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp (Ma and Wang).
 
 Matrices (rows = true input 0, 1, 2; columns = output), spec "Matrices":
 
@@ -43,7 +44,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._exact import TWO_64, ceil_frac, exp_lower, largest_honest, ln_floor_places
+from ._exact import TWO_64, Unrepresentable, ceil_frac, exp_lower, largest_honest, ln_floor_places
 from ._sampling import CellTable, safe_cells
 from ._validation import check_eps, check_m, check_values
 from .estimators import project_simplex
@@ -306,14 +307,11 @@ def rr3_ddagger_cells(eps1, eps2) -> CellTable:
     or the check fails (eps2 = 0)."""
     try:
         return CellTable.from_rows(_rr3_ddagger_rows(eps1, eps2))
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         e1_max, e2_max = rr3_ddagger_max_epsilons()
         raise ValueError(f"{exc}; the largest epsilons RR3‡ samples for every pair are eps1 <= {e1_max} and "
                          f"0 < eps2 <= {e2_max} (docs/mechanisms.md)") from None
 
-
-class _Unrepresentable(ValueError):
-    pass
 
 
 def _rr3_ddagger_rows(eps1, eps2) -> list[list[int]]:
@@ -322,13 +320,13 @@ def _rr3_ddagger_rows(eps1, eps2) -> list[list[int]]:
     T = TWO_64
     a_ideal = Fraction(T) / (2 * (1 + E1))
     if a_ideal < 1:
-        raise _Unrepresentable(f"eps1 = {e1:g} is above what RR3‡ can sample honestly: (1 - p1)/2 would be "
+        raise Unrepresentable(f"eps1 = {e1:g} is above what RR3‡ can sample honestly: (1 - p1)/2 would be "
                                "below 2^-64")
     A = ceil_frac(a_ideal)
     P1 = T - 2 * A
     y_ideal = Fraction(P1) / (1 + E2)
     if y_ideal < 1:
-        raise _Unrepresentable(f"eps2 = {e2:g} is above what RR3‡ can sample honestly: p1 (1 - p2) would be "
+        raise Unrepresentable(f"eps2 = {e2:g} is above what RR3‡ can sample honestly: p1 (1 - p2) would be "
                                "below 2^-64")
     Y = ceil_frac(y_ideal)
     X = P1 - Y
@@ -337,7 +335,7 @@ def _rr3_ddagger_rows(eps1, eps2) -> list[list[int]]:
     for j in range(3):
         col = [r[j] for r in rows]
         if min(col) < 1 or max(col) > bound * min(col):
-            raise _Unrepresentable(f"(eps1, eps2) = ({e1:g}, {e2:g}) cannot be realised by RR3‡ with 64-bit "
+            raise Unrepresentable(f"(eps1, eps2) = ({e1:g}, {e2:g}) cannot be realised by RR3‡ with 64-bit "
                                    "thresholds within its exact level")
     return rows
 
@@ -355,8 +353,8 @@ def rr3_ddagger_max_epsilons() -> tuple[Decimal, Decimal]:
 def perturb(values, P, rng=None) -> np.ndarray:
     """Draw an output for every input value ``x`` (a row index of ``P``) with ``Pr(j) = P[x, j]``.
 
-    Estimators (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp) (the sampler behind every RR3 release and LPP‡).  ``P`` is a
-    ``mechanisms._sampling.CellTable`` of exact integer cells (:func:`ewrr_cells`,
+    Estimators (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp) (the sampler behind every RR3 release and
+    LPP‡).  ``P`` is a ``mechanisms._sampling.CellTable`` of exact integer cells (:func:`ewrr_cells`,
     :func:`rr3_ddagger_cells`: what the service sells) or a float row-stochastic matrix, rounded by
     :func:`matrix_cells`.  One uniform word ``u`` per value; the output is the ``r``-th entry of the row's
     output order (the largest cell last), ``r`` = the number of cumulative cells ``<= u``: exact integer

@@ -1,4 +1,5 @@
-"""Survey mechanisms for one sensitive yes/no question (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, seed 004).
+"""Survey mechanisms for one sensitive yes/no question
+(docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, seed 004).
 
 A buyer commissions a **survey**: every owner of a cohort of ``N`` holds ``x = 1`` (member of the
 sensitive group) or ``x = 0`` and answers once through a randomizing device; the buyer gets an
@@ -55,13 +56,23 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, floor_frac, largest_honest, ln_floor_places
+from ._exact import (
+    TWO_64,
+    Unrepresentable,
+    as_fraction,
+    ceil_frac,
+    exp_lower,
+    floor_frac,
+    largest_honest,
+    ln_floor_places,
+)
 from ._sampling import CellTable, draw_iid, safe_cells
 from ._validation import check_eps, check_values
 from .private_sampling import SUM_TOLERANCE
 from .random import words
 
-#: Guarantee kinds recorded by the service (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
+#: Guarantee kinds recorded by the service
+#: (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).
 KIND_LDP = "ldp"
 KIND_PER_REPORT = "per_report_non_collusion"
 LABEL_PER_REPORT = "per-report eps, non-collusion assumption"
@@ -238,15 +249,12 @@ class Cards:
         return [list(self.cells), list(self.cells[::-1])]
 
 
-class _Unrepresentable(ValueError):
-    pass
-
 
 def _small_cell(total: int, share: Fraction, what: str, eps_f: float) -> int:
     """``ceil(total * share)``, refusing a cell below one unit (a probability below 2^-64)."""
     ideal = total * share
     if ideal < 1:
-        raise _Unrepresentable(f"eps = {eps_f:g} is above what the {what} can sample honestly: a probability "
+        raise Unrepresentable(f"eps = {eps_f:g} is above what the {what} can sample honestly: a probability "
                                "would be below 2^-64")
     return ceil_frac(ideal)
 
@@ -256,7 +264,7 @@ def warner_device(eps) -> WarnerDevice:
     the truth the remainder, so both columns' ratio ``(2^64 - lie)/lie <= L``.  ``eps`` at its exact value."""
     try:
         return _warner_device(eps)
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         raise ValueError(f"{exc}; the largest epsilon is {device_max_epsilon('warner')} "
                          "(docs/mechanisms.md)") from None
 
@@ -265,7 +273,7 @@ def _warner_device(eps) -> WarnerDevice:
     eps_f = check_eps(eps)
     lie = _small_cell(TWO_64, 1 / (exp_lower(eps) + 1), "Warner device", eps_f)
     if 2 * lie > TWO_64:
-        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Warner's device with 64-bit thresholds")
+        raise Unrepresentable(f"eps = {eps_f:g} cannot be realised by Warner's device with 64-bit thresholds")
     return WarnerDevice(yes0=lie, yes1=TWO_64 - lie)
 
 
@@ -278,7 +286,7 @@ def simmons_device(eps, pi_b) -> SimmonsDevice:
     Both columns' ratios are then at most ``L``."""
     try:
         return _simmons_device(eps, pi_b)
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         raise ValueError(f"{exc}; the largest epsilon for this pi_b is {device_max_epsilon('simmons', pi_b)} "
                          "(docs/mechanisms.md)") from None
 
@@ -295,7 +303,7 @@ def _simmons_device(eps, pi_b) -> SimmonsDevice:
     small = _small_cell(T, b / (1 + (L - 1) * b), "Simmons device", eps_f)
     big = min(floor_frac(L * small), T - ceil_frac((T - small) / L), T - 1)
     if big < small or small > T - 1:
-        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Simmons' device with 64-bit thresholds")
+        raise Unrepresentable(f"eps = {eps_f:g} cannot be realised by Simmons' device with 64-bit thresholds")
     if flip:  # the cells above are the "no" cells: Pr(no | 1) = small, Pr(no | 0) = big
         return SimmonsDevice(yes0=T - big, yes1=T - small)
     return SimmonsDevice(yes0=small, yes1=big)
@@ -307,7 +315,7 @@ def christofides_cards(eps, p2) -> Cards:
     ``c3/c1 <= L``."""
     try:
         return _christofides_cards(eps, p2)
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         raise ValueError(f"{exc}; the largest epsilon for this p2 is {device_max_epsilon('christofides', p2)} "
                          "(docs/mechanisms.md)") from None
 
@@ -320,7 +328,7 @@ def _christofides_cards(eps, p2) -> Cards:
     c1 = _small_cell(T - c2, 1 / (exp_lower(eps) + 1), "Christofides deck", eps_f)
     c3 = T - c2 - c1
     if c3 < c1:
-        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by Christofides' cards with 64-bit thresholds")
+        raise Unrepresentable(f"eps = {eps_f:g} cannot be realised by Christofides' cards with 64-bit thresholds")
     return Cards((c1, c2, c3))
 
 
@@ -345,7 +353,8 @@ def device_max_epsilon(mechanism: str, parameter=None) -> Decimal:
 
 def warner_probability(eps) -> float:
     """The truthful probability ``p = e^eps/(e^eps + 1)`` giving Warner's mechanism exactly eps
-    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; its complement ``1/(e^eps + 1)`` gives the same eps)."""
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; its complement
+    ``1/(e^eps + 1)`` gives the same eps)."""
     eps = check_eps(eps)
     return 1.0 / (1.0 + math.exp(-eps))
 
@@ -357,7 +366,8 @@ def warner_matrix(p) -> np.ndarray:
 
 
 def warner_epsilon(p) -> float:
-    """``eps = |ln((1 - p)/p)|`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); ``inf`` at p in {0, 1}."""
+    """``eps = |ln((1 - p)/p)|``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); ``inf`` at p in {0, 1}."""
     p = _check_prob(p, "p")
     if p in (0.0, 1.0):
         return math.inf
@@ -366,7 +376,8 @@ def warner_epsilon(p) -> float:
 
 def warner_perturb(values, p, rng=None) -> np.ndarray:
     """Warner's device: each 0/1 value reported truthfully with probability ``p``, else negated (spec
-    docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; not the paper's inverted pseudocode).  One 64-bit word per respondent.
+    docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; not the paper's inverted
+    pseudocode).  One 64-bit word per respondent.
 
     ``p`` is a :class:`WarnerDevice` (:func:`warner_device`: exact cells honouring eps) or a float
     probability (its cells rounded safely: the smaller one up)."""
@@ -378,8 +389,9 @@ def warner_perturb(values, p, rng=None) -> np.ndarray:
 
 
 def warner_estimate(reports, p):
-    """``pi_hat = (N1/N - (1 - p))/(2p - 1)``, unbiased (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  ``reports`` may
-    hold one survey per row; the estimate is taken along the last axis."""
+    """``pi_hat = (N1/N - (1 - p))/(2p - 1)``, unbiased
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  ``reports`` may hold one
+    survey per row; the estimate is taken along the last axis."""
     p = _check_prob(p, "p")
     if p == 0.5:
         raise ValueError("p = 1/2 makes the answers independent of x: there is no estimator")
@@ -388,7 +400,8 @@ def warner_estimate(reports, p):
 
 
 def warner_variance(p, N) -> float:
-    """Census variance ``p(1 - p)/(N (2p - 1)^2)`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), whatever pi."""
+    """Census variance ``p(1 - p)/(N (2p - 1)^2)``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), whatever pi."""
     p = _check_prob(p, "p")
     N = _check_n(N)
     if p == 0.5:
@@ -420,8 +433,9 @@ def simmons_matrix(p, pi_b) -> np.ndarray:
 
 
 def simmons_epsilon(p, pi_b) -> float:
-    """``eps = ln(q1/q0)`` if ``pi_B <= 1/2`` else ``ln((1 - q0)/(1 - q1))`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides,
-    "Simmons"): the larger of the two column ratios; ``inf`` when a column has a zero."""
+    """``eps = ln(q1/q0)`` if ``pi_B <= 1/2`` else ``ln((1 - q0)/(1 - q1))``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, "Simmons"): the larger of
+    the two column ratios; ``inf`` when a column has a zero."""
     p = _check_prob(p, "p")
     pi_b = _check_prob(pi_b, "pi_b")
     q1, q0 = _simmons_q(p, pi_b)
@@ -433,8 +447,8 @@ def simmons_epsilon(p, pi_b) -> float:
 
 def simmons_perturb(values, p, pi_b=None, rng=None) -> np.ndarray:
     """Simmons' device: the truth with probability ``p``, else an independent Bernoulli(pi_B) answer
-    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  Drawn from its exact output law (``yes`` with ``q1`` for x = 1 and
-    ``q0`` for x = 0), one 64-bit word per respondent.
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  Drawn from its exact
+    output law (``yes`` with ``q1`` for x = 1 and ``q0`` for x = 0), one 64-bit word per respondent.
 
     ``p`` is a :class:`SimmonsDevice` (:func:`simmons_device`: exact cells honouring eps; ``pi_b`` is then
     ignored) or a float probability with ``pi_b`` (cells rounded safely)."""
@@ -448,7 +462,8 @@ def simmons_perturb(values, p, pi_b=None, rng=None) -> np.ndarray:
 
 
 def simmons_estimate(reports, p, pi_b):
-    """``pi_hat = (N1/N - (1 - p) pi_B)/p``, unbiased (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); one survey per row."""
+    """``pi_hat = (N1/N - (1 - p) pi_B)/p``, unbiased
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); one survey per row."""
     p = _check_prob(p, "p", lo_open=True)
     pi_b = _check_prob(pi_b, "pi_b")
     y = _check_binary(reports, "reports")
@@ -456,8 +471,9 @@ def simmons_estimate(reports, p, pi_b):
 
 
 def simmons_variance(p, pi_b, pi, N) -> float:
-    """Census variance ``[pi q1(1 - q1) + (1 - pi) q0(1 - q0)]/(N p^2)`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, eq. 2), valid
-    for every pi_B (the paper's Appendix C form is not, for pi_B > 1/2)."""
+    """Census variance ``[pi q1(1 - q1) + (1 - pi) q0(1 - q0)]/(N p^2)``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, eq. 2), valid for every
+    pi_B (the paper's Appendix C form is not, for pi_B > 1/2)."""
     p = _check_prob(p, "p", lo_open=True)
     pi_b = _check_prob(pi_b, "pi_b")
     pi = _check_prob(pi, "pi")
@@ -469,7 +485,8 @@ def simmons_variance(p, pi_b, pi, N) -> float:
 # --------------------------------------------------------------------------------------------- Christofides
 
 def christofides_optimal_probs(eps, p2) -> np.ndarray:
-    """The best L = 3 cards for eps and p2 (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides):
+    """The best L = 3 cards for eps and p2
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides):
     ``[(1 - p2)/(e^eps + 1), p2, e^eps (1 - p2)/(e^eps + 1)]``, giving ``Var = K/(4N)``."""
     eps = check_eps(eps)
     p2 = _check_prob(p2, "p2", hi_open=True)
@@ -485,8 +502,9 @@ def christofides_matrix(probs) -> np.ndarray:
 
 
 def christofides_epsilon(probs) -> float:
-    """``eps = max_k ln(p_{L+1-k}/p_k)`` over cards with mass (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); ``inf``
-    if the support is not symmetric."""
+    """``eps = max_k ln(p_{L+1-k}/p_k)`` over cards with mass
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); ``inf`` if the support is
+    not symmetric."""
     probs = _check_card_probs(probs)
     rev = probs[::-1]
     used = (probs > 0) | (rev > 0)
@@ -497,7 +515,8 @@ def christofides_epsilon(probs) -> float:
 
 def christofides_perturb(values, probs, rng=None) -> np.ndarray:
     """Christofides' device: draw a card ``Y ~ probs`` on 1..L with replacement and report
-    ``L + 1 - Y`` if x = 1, ``Y`` if x = 0 (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; the formula, not the
+    ``L + 1 - Y`` if x = 1, ``Y`` if x = 0
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides; the formula, not the
     paper's swapped pseudocode).  One 64-bit word per respondent against the integer cells: ``probs`` is
     :class:`Cards` (:func:`christofides_cards`: exact cells honouring eps) or float proportions (their
     ``safe_cells``, cumulative, ``np.searchsorted``)."""
@@ -513,8 +532,8 @@ def christofides_perturb(values, probs, rng=None) -> np.ndarray:
 
 
 def christofides_estimate(reports, probs):
-    """``pi_hat = (mean(X) - EY)/(L + 1 - 2 EY)``, unbiased (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); one
-    survey per row."""
+    """``pi_hat = (mean(X) - EY)/(L + 1 - 2 EY)``, unbiased
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides); one survey per row."""
     probs = _check_card_probs(probs)
     ey, _, d = _informative_d(probs)
     x = _check_reports(reports, probs.size)
@@ -522,7 +541,8 @@ def christofides_estimate(reports, probs):
 
 
 def christofides_variance(probs, N) -> float:
-    """Census variance ``VarY/(N D^2)``, ``D = L + 1 - 2 EY`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
+    """Census variance ``VarY/(N D^2)``, ``D = L + 1 - 2 EY``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
     probs = _check_card_probs(probs)
     N = _check_n(N)
     _, var, d = _informative_d(probs)
@@ -533,7 +553,8 @@ def christofides_variance(probs, N) -> float:
 
 @dataclass(frozen=True)
 class SurveyGuarantee:
-    """What the ledger records for a survey release (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
+    """What the ledger records for a survey release
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
 
     mechanism: str
     epsilon: float            # the per-report epsilon
@@ -546,11 +567,12 @@ class SurveyGuarantee:
 
 
 def ic_deck_counts(N, eps, p2) -> np.ndarray:
-    """Integer card counts for an IC deck of exactly N cards (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides):
-    ``c2 = round(p2 N)``, ``c1 = ceil((N - c2)/(L + 1))`` with ``L < e^eps`` a rational lower bound (exact,
-    ``mechanisms._exact``; eps at its exact value), ``c3 = N - c1 - c2``, so the realised per-report level
-    ``ln(c3/c1)`` is below the target, exactly.  Raises ``ValueError`` when N is too small for
-    an informative deck within eps (``c3 > c1 >= 1`` and ``c3 <= e^eps c1``)."""
+    """Integer card counts for an IC deck of exactly N cards
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides): ``c2 = round(p2 N)``,
+    ``c1 = ceil((N - c2)/(L + 1))`` with ``L < e^eps`` a rational lower bound (exact, ``mechanisms._exact``; eps at its
+    exact value), ``c3 = N - c1 - c2``, so the realised per-report level ``ln(c3/c1)`` is below the target, exactly.
+    Raises ``ValueError`` when N is too small for an informative deck within eps (``c3 > c1 >= 1`` and
+    ``c3 <= e^eps c1``)."""
     N = _check_n(N, minimum=2)
     eps_f = check_eps(eps, positive=True)
     p2 = _check_prob(p2, "p2", hi_open=True)
@@ -568,26 +590,29 @@ def ic_deck_counts(N, eps, p2) -> np.ndarray:
 
 def deck_level(counts) -> Decimal:
     """The per-report level ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck, to 40 digits (L = 3: ``ln(c3/c1)``): what the
-    market charges for a dealt deck, rounded up (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
+    market charges for a dealt deck, rounded up
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides)."""
     c = [int(x) for x in counts]
     ctx = Context(prec=40)
     return max(ctx.ln(ctx.divide(Decimal(c[-1 - i]), Decimal(c[i]))) for i in range(len(c)) if c[i] and c[-1 - i])
 
 
 def improved_christofides_epsilon(counts) -> float:
-    """The per-report eps ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), valid **only**
-    under the non-collusion assumption; the joint release has no finite eps (see
+    """The per-report eps ``max_k ln(c_{L+1-k}/c_k)`` of an IC deck
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), valid **only** under the
+    non-collusion assumption; the joint release has no finite eps (see
     :func:`improved_christofides_guarantee`)."""
     counts = _check_counts(counts)
     return christofides_epsilon(counts / counts.sum())
 
 
 def improved_christofides_guarantee(counts) -> SurveyGuarantee:
-    """The distinct IC guarantee for the ledger (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides): per-report eps
-    under the assumption that no respondent sees others' cards or answers; whoever knows the other N - 1
-    values can decode a respondent's card, so the joint release is not eps-DP for any finite eps
-    (``joint_epsilon = inf``).  Only the aggregate estimate may be sold, and every dealt respondent must
-    answer exactly once (drop-outs void the variance formula)."""
+    """The distinct IC guarantee for the ledger
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides): per-report eps under the
+    assumption that no respondent sees others' cards or answers; whoever knows the other N - 1 values can decode a
+    respondent's card, so the joint release is not eps-DP for any finite eps (``joint_epsilon = inf``).  Only the
+    aggregate estimate may be sold, and every dealt respondent must answer exactly once (drop-outs void the variance
+    formula)."""
     eps = improved_christofides_epsilon(counts)
     return SurveyGuarantee(
         mechanism="improved_christofides", epsilon=eps, kind=KIND_PER_REPORT, label=LABEL_PER_REPORT,
@@ -599,8 +624,10 @@ def improved_christofides_guarantee(counts) -> SurveyGuarantee:
 
 def improved_christofides_deal(values, counts, rng=None) -> np.ndarray:
     """Deal an N-card deck (``counts[k-1]`` cards showing k) without replacement, one card per respondent,
-    and return the reports ``L + 1 - Y`` (x = 1) or ``Y`` (x = 0) (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  ``len(values)`` must equal the deck size.  The deal is a uniformly random
-    permutation: the deck sorted by one random 64-bit key per card (keys redrawn on a tie)."""
+    and return the reports ``L + 1 - Y`` (x = 1) or ``Y`` (x = 0)
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides).  ``len(values)`` must
+    equal the deck size.  The deal is a uniformly random permutation: the deck sorted by one random 64-bit key per card
+    (keys redrawn on a tie)."""
     counts = _check_counts(counts)
     x = check_values(values, 2)
     N = int(counts.sum())
@@ -620,9 +647,10 @@ def improved_christofides_deal(values, counts, rng=None) -> np.ndarray:
 
 
 def improved_christofides_estimate(reports, counts):
-    """``pi_hat = (mean(X) - EY)/D`` with the deck's realised ``p_k = c_k/N`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), exactly
-    unbiased when every one of the N dealt respondents answered once; fewer or more reports raise
-    ``ValueError`` (drop-outs void the variance formula).  One survey per row."""
+    """``pi_hat = (mean(X) - EY)/D`` with the deck's realised ``p_k = c_k/N``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), exactly unbiased when
+    every one of the N dealt respondents answered once; fewer or more reports raise ``ValueError`` (drop-outs void the
+    variance formula).  One survey per row."""
     counts = _check_counts(counts)
     N = int(counts.sum())
     x = _check_reports(reports, counts.size)
@@ -634,7 +662,8 @@ def improved_christofides_estimate(reports, counts):
 
 
 def improved_christofides_variance(counts, pi) -> float:
-    """Census variance ``4 pi(1 - pi) VarY/((N - 1) D^2)`` with ``p_k = c_k/N`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), i.e.
+    """Census variance ``4 pi(1 - pi) VarY/((N - 1) D^2)`` with ``p_k = c_k/N``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides), i.e.
     ``4 N pi(1 - pi)/(N - 1)`` times the Christofides variance of the same proportions."""
     counts = _check_counts(counts)
     pi = _check_prob(pi, "pi")
@@ -652,8 +681,8 @@ def _k_factor(eps: float, p2: float) -> float:
 
 def ic_advantage_interval(N, eps, p2) -> tuple[float, float]:
     """``(pi_A1, pi_A2) = 1/2 -+ 1/2 sqrt(1 - ((N - 1)/N)(1 - p2)/(1 + p2 d/4))``, ``d = e^eps + e^-eps - 2``
-    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides): IC (optimal L = 3 cards) beats Warner/Simmons exactly when pi is
-    outside this interval."""
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides): IC (optimal L = 3 cards)
+    beats Warner/Simmons exactly when pi is outside this interval."""
     N = _check_n(N, minimum=2)
     eps = check_eps(eps, positive=True)
     p2 = _check_prob(p2, "p2", hi_open=True)
@@ -672,11 +701,11 @@ def _design_variance(mechanism: str, N: int, eps: float, pi: float, p2: float) -
 
 
 def min_sample_size(mechanism, eps, var, pi, p2) -> int:
-    """The smallest N with variance <= ``var`` at the optimal design for ``eps`` (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides,
-    paper Table 2): Warner/Simmons ``e^eps/(N (e^eps - 1)^2)`` (Simmons at pi_B = 1/2), Christofides
-    ``K/(4N)`` and improved Christofides ``pi(1 - pi) K/(N - 1)`` with
-    ``K = (e^eps + 1)^2/((e^eps - 1)^2 (1 - p2)) - 1``.  ``mechanism``: "warner"/"MW", "simmons"/"MS",
-    "christofides"/"MC", "improved_christofides"/"IC"."""
+    """The smallest N with variance <= ``var`` at the optimal design for ``eps``
+    (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, paper Table 2):
+    Warner/Simmons ``e^eps/(N (e^eps - 1)^2)`` (Simmons at pi_B = 1/2), Christofides ``K/(4N)`` and improved
+    Christofides ``pi(1 - pi) K/(N - 1)`` with ``K = (e^eps + 1)^2/((e^eps - 1)^2 (1 - p2)) - 1``.  ``mechanism``:
+    "warner"/"MW", "simmons"/"MS", "christofides"/"MC", "improved_christofides"/"IC"."""
     if not isinstance(mechanism, str) or mechanism.lower() not in _MECHANISMS:
         raise ValueError(f"mechanism must be one of {sorted(set(_MECHANISMS.values()))} (or MW, MS, MC, IC), "
                          f"got {mechanism!r}")

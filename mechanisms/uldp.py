@@ -1,4 +1,5 @@
-"""Utility-optimized local differential privacy (ULDP), docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum (Murakami and Kawamoto).
+"""Utility-optimized local differential privacy (ULDP), docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum
+(Murakami and Kawamoto).
 
 Only some values are sensitive.  With a domain ``0..k-1``, a sensitive set ``S`` (size ``s``),
 ``N`` the rest, ``e = exp(eps)`` and ``h = exp(eps/2)``, a mechanism ``Q`` is (S, Y_P, eps)-ULDP
@@ -55,7 +56,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._exact import TWO_64, as_fraction, ceil_frac, exp_lower, exp_upper, largest_honest, ln_floor_places
+from ._exact import (
+    TWO_64,
+    Unrepresentable,
+    as_fraction,
+    ceil_frac,
+    exp_lower,
+    exp_upper,
+    largest_honest,
+    ln_floor_places,
+)
 from ._validation import check_eps, check_m, check_values
 from .random import words
 
@@ -355,13 +365,10 @@ def urap_cells(eps, theta=None) -> URAPCells:
     """
     try:
         return _urap_cells(eps, theta)
-    except _Unrepresentable as exc:
+    except Unrepresentable as exc:
         raise ValueError(f"{exc}; the largest epsilon for this theta is {urap_max_epsilon(theta)} "
                          "(docs/mechanisms.md)") from None
 
-
-class _Unrepresentable(ValueError):
-    pass
 
 
 def _theta_cell(eps, theta) -> int:
@@ -376,11 +383,11 @@ def _urap_cells(eps, theta) -> URAPCells:
     T = TWO_64
     t = _theta_cell(eps, theta)
     if not 1 <= t <= T - 1:
-        raise _Unrepresentable(f"eps = {eps_f:g}: theta or 1 - theta would be below 2^-64")
+        raise Unrepresentable(f"eps = {eps_f:g}: theta or 1 - theta would be below 2^-64")
     L = exp_lower(eps)
     d1_ideal = Fraction(t * T) / (t + L * (T - t))
     if d1_ideal < 1:
-        raise _Unrepresentable(f"eps = {eps_f:g} is above what uRAP can sample honestly: d1 would be below 2^-64")
+        raise Unrepresentable(f"eps = {eps_f:g} is above what uRAP can sample honestly: d1 would be below 2^-64")
     d1 = ceil_frac(d1_ideal)
     d2 = ceil_frac(Fraction(t * T) / (L * d1))
     keep_n = T - d2
@@ -392,7 +399,7 @@ def _urap_cells(eps, theta) -> URAPCells:
         and d1 * d2 <= L * t * T and (T - d1) * d2 <= L * (T - t) * T   # and the reverse directions
     )
     if not ratios_ok:
-        raise _Unrepresentable(f"eps = {eps_f:g} cannot be realised by uRAP with 64-bit thresholds "
+        raise Unrepresentable(f"eps = {eps_f:g} cannot be realised by uRAP with 64-bit thresholds "
                                "(too small to separate the cells, or too large)")
     return URAPCells(t, d1, keep_n)
 

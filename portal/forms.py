@@ -18,15 +18,15 @@ from django.utils import timezone
 
 from accounts import roles
 from accounts.epsilon import MAX_EPSILON, PLACES, EpsilonError, parse
-from accounts.models import User
 from accounts.lockout import LockoutFormMixin
+from accounts.models import User
 from accounts.services import BudgetError, Schedule
 from ldpmarket.fields import StrictDecimalFormField, StrictIntegerFormField
 from ldpmarket.numbers import NumberError, parse_ascii_decimal
-from market.domain import MAX_STRING, labels_of
 from market.models import Attribute
+from market.values.inputs import MAX_STRING, labels_of
 
-UNITS = {"hours": timedelta(hours=1), "days": timedelta(days=1), "weeks": timedelta(weeks=1)}
+DURATION_UNITS = {"hours": timedelta(hours=1), "days": timedelta(days=1), "weeks": timedelta(weeks=1)}
 MAX_DURATION = timedelta(days=3660)
 
 
@@ -169,7 +169,8 @@ class ScheduleForm(PlainLabels, forms.Form):
                         "min_value": "The duration must be longer than zero.",
                         "max_digits": "That duration is too long.",
                         "max_decimal_places": "Use at most 3 digits after the decimal point for the duration."})
-    unit = forms.ChoiceField(label="Duration unit", choices=[(u, u.capitalize()) for u in UNITS], initial="days",
+    unit = forms.ChoiceField(label="Duration unit", choices=[(u, u.capitalize()) for u in DURATION_UNITS],
+                             initial="days",
                              error_messages={"required": "Please choose hours, days or weeks.",
                                              "invalid_choice": "Please choose hours, days or weeks."})
     shape = forms.ChoiceField(
@@ -204,8 +205,8 @@ class ScheduleForm(PlainLabels, forms.Form):
         if shape == "steps" and data.get("steps") is None and "steps" not in self.errors:
             self.add_error("steps", "Please enter the number of steps (for example 10).")
         length = None
-        if duration is not None and unit in UNITS:
-            length = UNITS[unit] * float(duration)
+        if duration is not None and unit in DURATION_UNITS:
+            length = DURATION_UNITS[unit] * float(duration)
             if length > MAX_DURATION:
                 self.add_error("duration", "A schedule can last at most 10 years.")
             elif length < timedelta(seconds=1):
@@ -353,7 +354,7 @@ class NamedNumbersField(forms.Field):
     """A number for some of ``names``: one input each (few names) or lines "name number" (many names).
 
     Cleans to ``{name: Decimal}`` with only the names given (empty inputs and unlisted names left out);
-    subclasses check the numbers and build the raw value for ``market.services.value_create``.
+    subclasses check the numbers and build the raw value for ``market.values.services.value_create``.
     """
 
     what = "number"

@@ -1,7 +1,7 @@
 """Portal services: the writes the owner portal needs that no other service offers.
 
 Budgets change only through ``accounts.services`` and values only through
-``market.services``; the portal views call those directly.  What is left is
+``market.values.services``; the portal views call those directly.  What is left is
 signing up an owner.
 """
 from __future__ import annotations

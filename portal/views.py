@@ -1,8 +1,9 @@
-"""Views of the owner portal (docs/architecture.md#apps-and-models): thin — validate with a form, call one service, render.
+"""Views of the owner portal (docs/architecture.md#apps-and-models): thin — validate with a form, call one service,
+render.
 
 Every owner page requires a signed-in owner (others: sign-in redirect, or 403
 for buyers, auditors and staff), is never cached, and reads only the owner's
-own data through ``portal.selectors`` (another owner's value is a 404).
+own data through ``market.values.owner_rows`` (another owner's value is a 404).
 """
 from __future__ import annotations
 
@@ -25,17 +26,21 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from accounts import money, money_selectors, receipts, roles
+from accounts import roles
 from accounts.epsilon import EpsilonError
+from accounts.ledger import receipts
 from accounts.models import MoneyAccount
+from accounts.money import selectors as money_selectors
+from accounts.money import services as money
 from accounts.services import BudgetError, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from ldpmarket.numbers import as_id
 from ldpmarket.problems import NoSuchCheckpoint
-from market.domain import InvalidValue
 from market.models import Value
-from market.services import value_create, value_delete_raw, value_set_pum_tag
+from market.values import owner_rows
+from market.values.inputs import InvalidValue
+from market.values.services import value_create, value_delete_raw, value_set_pum_tag
 
-from . import charts, selectors
+from . import charts
 from .forms import CeilingForm, ContributeForm, PayoutForm, PumTagForm, ScheduleForm, SignInForm, SignUpForm
 from .services import user_signup
 
@@ -60,7 +65,7 @@ def owned_value(view):
 
     @wraps(view)
     def wrapped(request, value_id: int, *args, **kwargs):
-        if not selectors.owns_value(request.user, value_id):
+        if not owner_rows.owns_value(request.user, value_id):
             raise Http404("No such value.")
         return view(request, value_id, *args, **kwargs)
 
@@ -77,7 +82,7 @@ def for_sale_only(view):
 
     @wraps(view)
     def wrapped(request, value_id: int, *args, **kwargs):
-        if not selectors.owner_value_for_sale(request.user, value_id):
+        if not owner_rows.owner_value_for_sale(request.user, value_id):
             messages.info(request, NOT_FOR_SALE)
             return redirect("portal:value", value_id=value_id)
         return view(request, value_id, *args, **kwargs)
@@ -90,7 +95,7 @@ def plain(message) -> str:
     return re.sub(r"\d+\.\d+", lambda m: f"{Decimal(m.group()).normalize():f}", str(message))
 
 
-def _chart(row: selectors.ValueRow, uid: str, **size):
+def _chart(row: owner_rows.ValueRow, uid: str, **size):
     b = row.budget
     parts = (f" (chain ε {charts._eps(b.chain_loss)}, one-shot ε {charts._eps(b.oneshot_loss)})"
              if b.oneshot_loss > 0 else "")
@@ -140,14 +145,14 @@ def signup(request):
 @require_http_methods(["GET"])
 def dashboard(request):
     owner = request.user
-    rows = selectors.owner_values(owner)
+    rows = owner_rows.owner_values(owner)
     for row in rows:
         row.chart = _chart(row, f"chart-{row.value.id}", width=480, height=170)
     return render(request, "portal/dashboard.html", {
         "rows": rows,
-        "recent": selectors.releases(owner, limit=10),
-        "release_count": selectors.release_count(owner),
-        "earnings": selectors.earnings_total(owner),
+        "recent": owner_rows.releases(owner, limit=10),
+        "release_count": owner_rows.release_count(owner),
+        "earnings": owner_rows.earnings_total(owner),
     })
 
 
@@ -155,12 +160,12 @@ def dashboard(request):
 @owned_value
 @require_http_methods(["GET"])
 def value_detail(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    row = owner_rows.owner_value_row(request.user, value_id, with_tag=True)
     tag_form = (PumTagForm(attribute=row.attribute, initial={"tag": row.pum_tag or ""}, auto_id="pum_%s")
                 if row.takes_pum_tag else None)
     return render(request, "portal/value_detail.html", {
         "row": row, "value": row.value, "budget": row.budget, "chart": _chart(row, "value-chart"),
-        "releases": selectors.releases(request.user, value_id=value_id),
+        "releases": owner_rows.releases(request.user, value_id=value_id),
         "history": list(reversed(row.events)), "tag_form": tag_form, **_explanations(row.attribute),
     })
 
@@ -168,20 +173,20 @@ def value_detail(request, value_id: int):
 def _explanations(attribute) -> dict:
     """What the contribute and value pages say about how a value of ``attribute`` is sold and what it costs."""
     return {
-        "mechanism_name": selectors.mechanism_name(attribute.mechanism),
-        "mechanism_explained": selectors.MECHANISM_EXPLAINED.get(attribute.mechanism, ""),
-        "cost_explained": selectors.ONESHOT_COST if attribute.is_oneshot else selectors.CHAIN_COST,
-        "survey_note": selectors.SURVEY_NOTE if attribute.kind == attribute.Kind.BINARY else "",
-        "ceiling_note": selectors.CEILING_NOTE,
+        "mechanism_name": owner_rows.mechanism_name(attribute.mechanism),
+        "mechanism_explained": owner_rows.MECHANISM_EXPLAINED.get(attribute.mechanism, ""),
+        "cost_explained": owner_rows.ONESHOT_COST if attribute.is_oneshot else owner_rows.CHAIN_COST,
+        "survey_note": owner_rows.SURVEY_NOTE if attribute.kind == attribute.Kind.BINARY else "",
+        "ceiling_note": owner_rows.CEILING_NOTE,
     }
 
 
 @owner_required
 @require_http_methods(["GET"])
 def releases(request):
-    page, rows = selectors.release_page(request.user, request.GET.get("page"))
+    page, rows = owner_rows.release_page(request.user, request.GET.get("page"))
     return render(request, "portal/releases.html", {
-        "page": page, "releases": rows, "earnings": selectors.earnings_total(request.user)})
+        "page": page, "releases": rows, "earnings": owner_rows.earnings_total(request.user)})
 
 
 # ----------------------------------------------------------------------------------------------- money
@@ -226,13 +231,13 @@ def payout(request):
 @owner_required
 @require_http_methods(["GET"])
 def contribute_choose(request):
-    return render(request, "portal/contribute_choose.html", {"datasets": selectors.attributes_offered(request.user)})
+    return render(request, "portal/contribute_choose.html", {"datasets": owner_rows.attributes_offered(request.user)})
 
 
 @owner_required
 @require_http_methods(["GET", "POST"])
 def contribute(request, attribute_id: int):
-    attribute = selectors.attribute_for_contribution(attribute_id)
+    attribute = owner_rows.attribute_for_contribution(attribute_id)
     form = ContributeForm(request.POST or None, attribute=attribute)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -250,7 +255,7 @@ def contribute(request, attribute_id: int):
             messages.success(request, f"Thank you: your value for “{attribute.name}” is now offered for sale "
                                       "within the budget you set.")
             return redirect("portal:value", value_id=value.id)
-    existing = selectors.attributes_offered(request.user)
+    existing = owner_rows.attributes_offered(request.user)
     already = next((o.contributed_value_id for _, _, offers in existing for o in offers
                     if o.attribute.id == attribute.id), None)
     return render(request, "portal/contribute_form.html", {"form": form, "attribute": attribute,
@@ -264,7 +269,7 @@ def contribute(request, attribute_id: int):
 @for_sale_only
 @require_http_methods(["GET", "POST"])
 def ceiling(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id)
+    row = owner_rows.owner_value_row(request.user, value_id)
     form = CeilingForm(request.POST or None, initial={"ceiling": _plain_decimal(row.budget.ceiling)})
     if request.method == "POST" and form.is_valid():
         try:
@@ -313,7 +318,7 @@ def _schedule_initial(b, now) -> dict:
 @for_sale_only
 @require_http_methods(["GET", "POST"])
 def schedule(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id)
+    row = owner_rows.owner_value_row(request.user, value_id)
     b = row.budget
     initial = _schedule_initial(b, timezone.now())
     form = ScheduleForm(request.POST or None, initial=initial)
@@ -342,7 +347,7 @@ def schedule(request, value_id: int):
 @for_sale_only
 @require_POST
 def pause(request, value_id: int):
-    value = selectors.owner_value(request.user, value_id)
+    value = owner_rows.owner_value(request.user, value_id)
     budget_set_paused(value_id=value.id, paused=True)
     messages.success(request, "Sales of this value are paused: it is left out of every new purchase.")
     return redirect("portal:value", value_id=value.id)
@@ -353,7 +358,7 @@ def pause(request, value_id: int):
 @for_sale_only
 @require_POST
 def resume(request, value_id: int):
-    value = selectors.owner_value(request.user, value_id)
+    value = owner_rows.owner_value(request.user, value_id)
     budget_set_paused(value_id=value.id, paused=False)
     messages.success(request, "Sales of this value are resumed.")
     return redirect("portal:value", value_id=value.id)
@@ -363,7 +368,7 @@ def resume(request, value_id: int):
 @owned_value
 @require_http_methods(["GET", "POST"])
 def delete_raw(request, value_id: int):
-    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    row = owner_rows.owner_value_row(request.user, value_id, with_tag=True)
     if row.value.custody == Value.Custody.OWNER:  # nothing to delete: the raw value is on the owner's device
         messages.info(request, "Your value is kept on your device: the service never held it, so there is nothing "
                                "to delete here.")
@@ -387,7 +392,7 @@ def delete_raw(request, value_id: int):
 @require_http_methods(["GET", "POST"])
 def pum_tag(request, value_id: int):
     """Tag a uRR/uRAP value as personally sensitive (PUM), or remove the tag: sealed, released only as ⊥tag."""
-    row = selectors.owner_value_row(request.user, value_id, with_tag=True)
+    row = owner_rows.owner_value_row(request.user, value_id, with_tag=True)
     if not row.takes_pum_tag:
         raise Http404("This value cannot be tagged.")
     form = PumTagForm(request.POST if request.method == "POST" else None, attribute=row.attribute,
@@ -435,7 +440,7 @@ def value_receipts(request, value_id: int):
 @owner_required
 @require_http_methods(["GET"])
 def export(request):
-    data = selectors.export(request.user)
+    data = owner_rows.export(request.user)
     response = HttpResponse(json.dumps(data, indent=2, ensure_ascii=False), content_type="application/json")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="ldpmarket-{request.user.username}-{stamp}.json"'

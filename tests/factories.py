@@ -1,6 +1,6 @@
 """factory_boy factories for the service's models: users of each role, datasets and attributes of each kind.
 
-Values, budgets and chains are made through ``market.services.values_create_many`` (the service path), not
+Values, budgets and chains are made through ``market.values.services.values_create_many`` (the service path), not
 by factories, so a test never depends on a hand-built chain; ``make_owners`` bulk-creates many owners fast.
 """
 from __future__ import annotations
@@ -146,7 +146,7 @@ def make_owners(n: int, prefix: str = "bulk-owner") -> list[User]:
 
 def contribute(attribute: Attribute, raws: list, *, prefix: str | None = None, **policy):
     """One new owner per raw value, contributed through ``values_create_many`` (the service path)."""
-    from market.services import values_create_many
+    from market.values.services import values_create_many
 
     owners = make_owners(len(raws), prefix or f"a{attribute.id}-owner")
     return values_create_many(attribute=attribute, owners=owners, raws=list(raws), **policy)
@@ -154,10 +154,10 @@ def contribute(attribute: Attribute, raws: list, *, prefix: str | None = None, *
 
 def stored_chains(attribute: Attribute, value_ids=None) -> dict:
     """``{value_id: (micro-epsilons, outputs (L, width))}``: each value's slot across its block's stored rows,
-    opened (``market.chainstore``)."""
+    opened (``market.chains.store``)."""
     import numpy as np
 
-    from market import chainstore
+    from market.chains import store as chainstore
     from market.models import Value
 
     qs = Value.objects.filter(attribute=attribute, block__isnull=False)
@@ -184,7 +184,7 @@ def chain_rows(attribute: Attribute) -> dict:
 def chain_heads(values) -> dict:
     """``{value_id: (head, points)}``: each value's chain head (a Decimal epsilon) and number of stored points."""
     from accounts.epsilon import from_micro
-    from market import chainstore
+    from market.chains import store as chainstore
 
     values = list(values)
     got = chainstore.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
@@ -202,11 +202,12 @@ def chain_head(value) -> tuple:
 
 def replace_chain(value, eps_micro, outputs) -> None:
     """Test set-up: make ``value``'s chain exactly ``(eps_micro, outputs (L, width))``, as if it had been stored
-    so: its slot is cleared from every row of its block, then the points are stored (``market.chainstore``)."""
+    so: its slot is cleared from every row of its block, then the points are stored (``market.chains.store``)."""
     import numpy as np
 
-    from market import chainstore, sealing
+    from market.chains import store as chainstore
     from market.models import ChainBlock, ChainPoint, Value
+    from market.values import sealing
 
     value = Value.objects.select_related("attribute").get(id=value.id)
     attribute, slot = value.attribute, value.slot

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import numpy as np
 
-from accounts.ledger import ID_SHIFT
+from accounts.ledger.hashchain import ID_SHIFT
 from accounts.models import LedgerEntry, LedgerEvent, LedgerRelease
 from market.models import Value
 

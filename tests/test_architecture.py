@@ -137,3 +137,29 @@ def test_the_function_import_check_finds_a_bare_import(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n    import json\n    return json\n\n\n"
                                    "def g():\n    # late: heavy\n    import csv\n    return csv\n")
     assert _bare_function_imports(tmp_path / "m.py", tmp_path) == ["m.py:2: import json"]
+
+
+@pytest.mark.parametrize("module, injected, broken", [
+    ("market/chains/grow.py", "import audit.hashchain", "market imports neither audit nor portal"),
+    ("market/api/views.py", "import portal.views", "market imports neither audit nor portal"),
+    ("market/admin.py", "import accounts.admin", "interfaces (independent of each other)"),
+    ("audit/api.py", "import market.api.owner", "interfaces (independent of each other)"),
+])
+def test_the_contracts_refuse_what_the_docs_forbid(tmp_path, module, injected, broken):
+    """Mutation check of the contracts (issue 28): a copy of the code with one forbidden import added breaks the
+    contract that forbids it.  Before the independent interfaces and the market contract, each of these kept all
+    five contracts."""
+    import shutil
+
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static",
+                                                                                         "templates"))
+    shutil.copy(CONFIG, tmp_path / ".importlinter")
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{injected}  # injected by the test\n")
+    run = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(tmp_path),
+                                                                           "PATH": "/usr/bin:/bin"})
+    assert run.returncode != 0, run.stdout[-3000:]
+    out = " ".join(run.stdout.split())
+    assert f"{broken}" in out and "BROKEN" in out, out[-3000:]

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = ("web", "worker", "beat")
 SERVICES = ("postgres", "redis", *APP_SERVICES)
 REQUIRED = ("DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "LDP_VALUE_KEY", "LDP_PSEUDONYM_KEY", "ALLOWED_HOSTS")
-VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_]\w*)")
+VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+                 r"|\$(?P<bare>[A-Za-z_]\w*)")
 
 
 @pytest.fixture(scope="module")

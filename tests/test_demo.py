@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.services import schedules_advance
-from market import purchases
-from market import sealing
 from market.models import Attribute, ChainBlock, ChainPoint, Dataset, Value
-from market import oneshot_specs
+from market.purchases import execution as purchases
+from market.purchases import oneshot_specs
+from market.values import sealing
 from tests.factories import chain_heads, stored_chains
 
 pytestmark = pytest.mark.django_db
@@ -189,7 +189,7 @@ def test_the_schedule_grows_and_chains_follow(django_capture_on_commit_callbacks
 
 def test_the_demo_buyer_can_buy_along_the_papers_path():
     """The binary experiment sells at eps_ns(1) and eps_ns(10) (bridged between grid points), within the credit."""
-    from market.purchases import purchase_claim, purchase_execute
+    from market.purchases.execution import purchase_claim, purchase_execute
 
     load()
     buyer = User.objects.get(username="demo-buyer")
@@ -214,7 +214,7 @@ def test_the_one_shot_demos_sell_and_the_binary_experiment_takes_surveys():
     """Each one-shot demo attribute is configured, has no chains, and sells through the one-shot path; a survey
     of the binary experiment charges its exact epsilon; the audit passes afterwards."""
     from audit.budget_audit import audit_budgets
-    from market import oneshot
+    from market.purchases import oneshot
 
     text = load()
     buyer = User.objects.get(username="demo-buyer")
@@ -277,8 +277,8 @@ def test_the_readme_finds_the_survey_attribute_by_name_and_says_what_the_survey_
 def test_the_olh_demo_sells_1000_labels_and_its_estimates_recover_the_popular_products():
     """Issue 14: the demo dataset of 1,000 labels is sold with OLH; the estimates of the ten most popular products
     are each within 4 standard errors of their true shares (fixed seed), and every report is a seed and a bucket."""
-    from market import estimates, oneshot
     from market.management.commands.load_demo import label_counts
+    from market.purchases import estimates, oneshot
 
     load()
     attr = Attribute.objects.get(dataset__title="Favourite products (1,000 labels, optimal local hashing)")
@@ -302,8 +302,9 @@ def test_the_device_held_experiment_is_owner_held_with_chains_drawn_by_the_sdk_u
     the service stores no raw value and no input; purchases above 0.5 leave the 0.5 devices out as awaiting
     their owner; the budget audit passes."""
     from audit.budget_audit import audit_budgets
-    from market.management.commands.load_demo import HELD as held, held_contents, label_counts
-    from market.purchases import purchase_claim, purchase_execute
+    from market.management.commands.load_demo import HELD as held
+    from market.management.commands.load_demo import held_contents, label_counts
+    from market.purchases.execution import purchase_claim, purchase_execute
 
     load()
     attr = attribute(HELD)

@@ -112,7 +112,8 @@ def test_the_docs_index_lists_every_docs_file():
 @pytest.mark.parametrize("name, section", [
     ("architecture.md", "The path of a purchase"), ("architecture.md", "The path of a chain extension"),
     ("budget-rules.md", "Chain loss: the maximum released epsilon"), ("budget-rules.md", "One-shot losses add up"),
-    ("budget-rules.md", "Bridging and tightening"), ("budget-rules.md", "The ledger"), ("budget-rules.md", "Checkpoints"),
+    ("budget-rules.md", "Bridging and tightening"), ("budget-rules.md", "The ledger"),
+    ("budget-rules.md", "Checkpoints"),
     ("mechanisms-reference.md", "RR3 and the graph protocol LPP"), ("operations.md", "Beat schedule"),
     ("operations.md", "Backups"), ("operations.md", "Commands"), ("security.md", "Roles"),
 ])

@@ -243,7 +243,7 @@ def _verify(args) -> int:
 
 
 def _ledger(args, url: str, progress: bool) -> int:
-    """The public ledger verbs: no token (accounts/ledger_api.py answers anyone)."""
+    """The public ledger verbs: no token (accounts/ledger/api.py answers anyone)."""
     with Client(url, progress=progress) as client:
         if args.ledger_verb == "checkpoint":
             results = client.request("GET", "ledger/checkpoints/").json().get("results") or []

@@ -130,6 +130,8 @@ InvalidPricePolicy = _problem("InvalidPricePolicy", slug="invalid-price-policy",
 UnknownRole = _problem("UnknownRole", slug="unknown-role", doc="400: a role that does not exist.")
 AttributeMisconfigured = _problem("AttributeMisconfigured", slug="attribute-misconfigured",
                                   doc="409: an attribute whose one-shot fields describe no usable mechanism.")
+LockOrderViolation = _problem("LockOrderViolation", slug="lock-order-violation",
+                              doc="500: a bug caught by the service's lock-order check (development and tests only).")
 SignInLocked = _problem("SignInLocked", slug="sign-in-locked",
                         doc="429: too many failed sign-ins for this account or address; retry after Retry-After.")
 InvalidAmount = _problem("InvalidAmount", slug="invalid-amount", doc="400: an amount of money that is not valid.")

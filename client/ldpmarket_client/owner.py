@@ -29,6 +29,7 @@ import os
 import tempfile
 from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
 from pathlib import Path
+
 import platformdirs
 
 from . import sampler

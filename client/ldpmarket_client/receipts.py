@@ -64,7 +64,7 @@ DESCRIPTIONS = {
 
 
 # ---------------------------------------------------------------------------------------------- RFC 6962 / 9162
-# Deliberately a copy of the verify functions of the service's ldpmarket/merkle.py, so that this package depends
+# Deliberately a copy of the verify functions of the service's accounts/ledger/merkle.py, so that this package depends
 # on nothing of the service; tests/client/test_receipts_verify.py checks that both agree on random trees.
 
 LEAF_PREFIX, NODE_PREFIX = b"\x00", b"\x01"

@@ -18,15 +18,15 @@ from rest_framework.views import APIView
 
 from accounts import roles
 from accounts.epsilon import from_micro, parse, to_micro
+from accounts.ledger.receipts_http import VALUES_PER_PAGE, ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.models import User
-from accounts.receipts_api import VALUES_PER_PAGE, ReceiptsQuery, ReceiptsSerializer, receipts_response
 from ldpmarket.api import AnonThrottle, UserThrottle
 from ldpmarket.openapi import problems
 from ldpmarket.problems import BudgetError, CustodyRefused, EpsilonError, InvalidValue, NoSuchCheckpoint
-from market import chains
+from market.chains import grow
 from market.models import Attribute, Value
-from market.services import value_create, value_upload_chain
-from portal.selectors import ValueRow, owner_value_row, owner_values_of
+from market.values.owner_rows import ValueRow, owner_value_row, owner_values_of
+from market.values.services import value_create, value_upload_chain
 
 from .serializers import AttributeIdField, GridSerializer
 
@@ -132,7 +132,7 @@ def payload(row: ValueRow) -> dict:
     upload = head if held else None
     needs = False
     if held:
-        grid = chains.Grid.of(attribute)
+        grid = grow.Grid.of(attribute)
         target = int(grid.last_point_upto(np.array([to_micro(budget.ceiling)]))[0])
         needs = to_micro(head or 0) < target
     return {

@@ -1,7 +1,7 @@
 """``GET /api/v1/``: the API root, a map of the endpoints a client starts from (like DRF's router root view).
 
 It lists every named route of the buyer API (``market.api.urls``) and of the audit API
-(``audit.urls``) that takes no argument, so an endpoint added to either appears here without
+(``audit.api``) that takes no argument, so an endpoint added to either appears here without
 editing this module, plus the schema and the documentation pages.  Anyone may read it: it names URLs only.
 """
 from __future__ import annotations
@@ -43,7 +43,8 @@ def _flatten(patterns) -> list[URLPattern]:
 
 
 def endpoints(request) -> dict[str, str]:
-    """``{path below /api/v1/: absolute URL}`` of every argument-free route of the listed namespaces, then the extras."""
+    """``{path below /api/v1/: absolute URL}`` of every argument-free route of the listed namespaces, then the
+    extras."""
     listed: dict[str, str] = {}
     base = reverse("api:root")
     for namespace in LISTED_NAMESPACES:

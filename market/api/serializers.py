@@ -20,9 +20,9 @@ from accounts.models import LedgerEntry
 from ldpmarket.fields import StrictIntegerField
 from ldpmarket.numbers import BIGINT_MAX, NumberError, parse_ascii_decimal
 from ldpmarket.problems import ParameterError
-from market import oneshot_specs
-from market.models import SURVEY_MECHANISMS, Attribute, Purchase
 from market import selectors
+from market.models import SURVEY_MECHANISMS, Attribute, Purchase
+from market.purchases import oneshot_specs
 from market.selectors import progress_get
 
 COHORT_MAX = 32767
@@ -222,8 +222,8 @@ MECHANISM_PARAMETERS = ("mechanism", "family", "eps1", "eps2", "theta", "pi_b", 
 
 
 def check_spec(attrs: dict, *, survey: bool = False) -> dict:
-    """Cohort, then the mechanism's parameters (``market.oneshot.parse_spec``): ``attrs["spec"]`` (None: a chain
-    purchase, which needs an epsilon)."""
+    """Cohort, then the mechanism's parameters (``market.purchases.oneshot.parse_spec``): ``attrs["spec"]`` (None: a
+    chain purchase, which needs an epsilon)."""
     attrs = check_cohort(attrs)
     params = {k: attrs.get(k) for k in MECHANISM_PARAMETERS}
     try:

@@ -1,11 +1,8 @@
 """Routes of the buyer API, mounted at /api/v1/ with the namespace ``api``."""
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 import ldpmarket.fields  # noqa: F401 (registers the path converter ascii_id)
-from accounts.api import ObtainTokenView, RevokeAllTokensView, RevokeTokenView
-from accounts.ledger_api import LedgerCheckpointList, LedgerConsistencyView, LedgerPublicKeyView
-from accounts.money_api import AccountView, FeeStatementView, StatementView, TopUpView
 
 from .owner import OwnerReceiptsView, OwnerValueViewSet
 from .root import ApiRootView
@@ -24,17 +21,12 @@ router.register("owner/values", OwnerValueViewSet, basename="owner-value")
 
 urlpatterns = [
     path("", ApiRootView.as_view(), name="root"),
-    path("auth/token/", ObtainTokenView.as_view(), name="token"),
-    path("auth/logout/", RevokeTokenView.as_view(), name="token-revoke"),
-    path("auth/logout-all/", RevokeAllTokensView.as_view(), name="token-revoke-all"),
+    # The sign-in, money and ledger APIs: included by name, so that no interface imports another
+    # (docs/architecture.md#layers).
+    path("", include("accounts.api")),
     path("quotes/", QuoteView.as_view(), name="quote"),
-    path("account/", AccountView.as_view(), name="account"),
-    path("account/statement/", StatementView.as_view(), name="account-statement"),
-    path("staff/topups/", TopUpView.as_view(), name="staff-topups"),
-    path("staff/fees/", FeeStatementView.as_view(), name="staff-fees"),
-    path("ledger/public-key/", LedgerPublicKeyView.as_view(), name="ledger-public-key"),
-    path("ledger/checkpoints/", LedgerCheckpointList.as_view(), name="ledger-checkpoints"),
-    path("ledger/consistency/", LedgerConsistencyView.as_view(), name="ledger-consistency"),
+    path("", include("accounts.money.api")),
+    path("", include("accounts.ledger.api")),
     path("owner/receipts/", OwnerReceiptsView.as_view(), name="owner-receipts"),
     *router.urls,
 ]

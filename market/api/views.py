@@ -46,18 +46,39 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from accounts import roles
-from ldpmarket.api import (KEY_RE, AnonThrottle, IdempotencyKeyInvalid, IdempotencyKeyRequired, PurchaseThrottle,
-                           QuoteThrottle, UserThrottle)
+from ldpmarket.api import (
+    KEY_RE,
+    AnonThrottle,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyRequired,
+    PurchaseThrottle,
+    QuoteThrottle,
+    UserThrottle,
+    idempotency_key,
+)
 from ldpmarket.fields import IdFilter, StrictIntegerField
 from ldpmarket.numbers import parse_ascii_int
 from ldpmarket.openapi import problems
-from ldpmarket.problems import (IdempotencyConflict, InFlight, InsufficientCredit, NothingToSell, NotForSale,
-                                PurchaseInterrupted,
-                                ChainConflict, ParameterError, PriceChanged, PurchaseConflict, PurchaseError, QuoteInvalid,
-                                TooFewRespondents)
-from market import domain, estimates, oneshot_specs, pipeline, quotes, selectors
+from ldpmarket.problems import (
+    ChainConflict,
+    IdempotencyConflict,
+    InFlight,
+    InsufficientCredit,
+    NotForSale,
+    NothingToSell,
+    ParameterError,
+    PriceChanged,
+    PurchaseConflict,
+    PurchaseError,
+    PurchaseInterrupted,
+    QuoteInvalid,
+    TooFewRespondents,
+)
+from market import selectors
 from market.models import SURVEY_MECHANISMS, Attribute, Dataset, Purchase
-from market.pseudonyms import pseudonyms
+from market.purchases import estimates, oneshot_specs, pipeline, quotes
+from market.purchases.pseudonyms import pseudonyms
+from market.values import inputs as domain
 
 from . import serializers as s
 from .problems import NoOutputs, PurchaseNotCompleted
@@ -295,12 +316,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                                                                           "the Location for status and progress."),
                    **problems(401, 403, 429, *CREATE_PROBLEMS)})
     def create(self, request, *args, **kwargs):
-        key = request.headers.get("Idempotency-Key")
-        if key is None:
-            raise IdempotencyKeyRequired("The Idempotency-Key header is required: send a new unique key (for example "
-                                         "a UUID) with each purchase, and the same key when retrying it.")
-        if not KEY_RE.match(key):
-            raise IdempotencyKeyInvalid("The Idempotency-Key must be 1 to 255 visible ASCII characters.")
+        key = idempotency_key(request, what="purchase")
         body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         attribute, epsilon, cohort, quoted, spec = self._request(body.validated_data)
@@ -337,8 +353,9 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             what, where = ("a survey", "/api/v1/surveys/") if survey else ("a purchase", "/api/v1/purchases/")
             raise drf_serializers.ValidationError({"quote": [f"This quote is for {what}: send it to POST {where}."]})
         try:
-            spec = oneshot_specs.parse_spec(attribute, epsilon=q["epsilon"], mechanism=q["mechanism"] if survey else None,
-                                      **{k: q["parameters"].get(k) for k in oneshot_specs.PARAMETERS})
+            spec = oneshot_specs.parse_spec(attribute, epsilon=q["epsilon"],
+                                            mechanism=q["mechanism"] if survey else None,
+                                            **{k: q["parameters"].get(k) for k in oneshot_specs.PARAMETERS})
         except ParameterError as exc:
             message = f"The quoted request is no longer valid: {exc}"
             raise drf_serializers.ValidationError({"quote": [message]}) from None

@@ -6,7 +6,6 @@ are only ever grown to grid points, and no sampler realises an epsilon above 30 
 from decimal import Decimal
 
 from django.db import migrations, models
-from django.db.models import Q
 
 LIMIT = Decimal(30)
 

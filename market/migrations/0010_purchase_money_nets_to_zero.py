@@ -4,7 +4,7 @@ A deferred constraint trigger on the purchase (as django-hordak checks each tran
 purchase is written as completed, at the end of its transaction the sum of its money entries (the buyer's
 debit, the platform's fee, the owners' shares) must be exactly zero, or the whole transaction is refused.
 One check per purchase, one indexed sum over its entries.  SQLite, the embedded default, relies on the
-service (``market.purchases._move_money``) and the budget audit's money checks.
+service (``accounts.money.purchase.move_money``) and the budget audit's money checks.
 """
 from django.db import migrations
 

@@ -2,7 +2,7 @@
 its attribute's chain blocks, sealed at rest, and the per-value chain table is dropped.
 
 Values get slots in value-id order, ``LDP_CHAIN_BLOCK`` per block.  A block's row at epsilon e holds the outputs
-of its slots with a point at e (the others marked absent), sealed with ``market.sealing.seal_points``; its heads
+of its slots with a point at e (the others marked absent), sealed with ``market.values.sealing.seal_points``; its heads
 are the chains' last epsilons.  The reverse rebuilds the per-value chains from the blocks.  ``manage.py audit``
 checks the chains against the ledger before and after (tests/market/test_chain_migration.py).
 """
@@ -19,7 +19,7 @@ from django.db import migrations, models
 def chains_to_blocks(apps, schema_editor):
     import numpy as np
 
-    from market import sealing
+    from market.values import sealing
 
     Attribute = apps.get_model("market", "Attribute")
     Chain = apps.get_model("market", "Chain")
@@ -66,7 +66,7 @@ def chains_to_blocks(apps, schema_editor):
 def blocks_to_chains(apps, schema_editor):
     import numpy as np
 
-    from market import sealing
+    from market.values import sealing
 
     Chain = apps.get_model("market", "Chain")
     ChainPoint = apps.get_model("market", "ChainPoint")

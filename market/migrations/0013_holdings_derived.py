@@ -1,5 +1,5 @@
 """Holdings derived (docs/architecture.md#chains-in-blocks): a buyer's held epsilon per value is the highest
-epsilon of their completed chain purchases that released it (``market.eligible.held_epsilons``, from the
+epsilon of their completed chain purchases that released it (``market.purchases.eligibility.held_epsilons``, from the
 purchases' output chunks), so the per-value ``Holding`` table is dropped.  Before dropping it, every stored
 holding is checked against what the purchases give; a difference stops the migration (nothing is lost).
 """

@@ -1,11 +1,11 @@
-"""The outputs a purchase released are sealed at rest too (``market.sealing.seal_released``,
+"""The outputs a purchase released are sealed at rest too (``market.values.sealing.seal_released``,
 docs/architecture.md#chains-in-blocks): every stored chunk's plaintext outputs are sealed, bound to its
 purchase, chunk and value ids.  Reversed, they are opened again."""
 from django.db import migrations
 
 
 def seal(apps, schema_editor):
-    from market import sealing
+    from market.values import sealing
 
     Chunk = apps.get_model("market", "PurchaseChunk")
     for chunk in Chunk.objects.order_by("id").iterator(chunk_size=200):
@@ -15,7 +15,7 @@ def seal(apps, schema_editor):
 
 
 def open_again(apps, schema_editor):
-    from market import sealing
+    from market.values import sealing
 
     Chunk = apps.get_model("market", "PurchaseChunk")
     for chunk in Chunk.objects.order_by("id").iterator(chunk_size=200):

@@ -7,8 +7,8 @@ from django import template
 
 from accounts import roles
 from accounts.models import User
-from ldpmarket.money import currency as currency_setting
-from ldpmarket.money import format_money
+from accounts.money.format import currency as currency_setting
+from accounts.money.format import format_money
 
 register = template.Library()
 
@@ -24,7 +24,7 @@ def eps(value) -> str:
 
 @register.filter
 def money(value) -> str:
-    """``Decimal("0.0040")`` -> ``0.004 EUR``: at least 2 places, and the currency (``ldpmarket.money``)."""
+    """``Decimal("0.0040")`` -> ``0.004 EUR``: at least 2 places, and the currency (``accounts.money.format``)."""
 
     return format_money(value)
 
@@ -36,7 +36,7 @@ def currency() -> str:
     return currency_setting()
 
 
-#: The money engineer's name for the same filter: an amount with its currency (``ldpmarket.money``).
+#: The money engineer's name for the same filter: an amount with its currency (``accounts.money.format``).
 with_currency = register.filter("with_currency", money)
 
 

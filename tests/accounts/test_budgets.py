@@ -1,4 +1,5 @@
-"""Budget rules (docs/budget-rules.md#budgets-and-ceilings): ceilings, schedules, pause/resume, and their ledger entries."""
+"""Budget rules (docs/budget-rules.md#budgets-and-ceilings): ceilings, schedules, pause/resume, and their ledger
+entries."""
 from __future__ import annotations
 
 import random
@@ -9,12 +10,13 @@ import pytest
 import time_machine
 from django.db import connection, transaction
 
-from accounts import ledger
+from accounts.ledger import hashchain as ledger
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerEvent
 from accounts.services import BudgetError, Schedule, budget_set_ceiling, budget_set_paused, budget_set_schedule
 from market.models import Value
-from market.services import value_delete_raw
+from market.values.services import value_delete_raw
 from tests.factories import chain_head, contribute, stored_chains
+from tests.ledger_checks import hash_chain_problems
 
 UTC = timezone.utc
 T0 = datetime(2031, 3, 1, tzinfo=UTC)
@@ -164,14 +166,14 @@ def test_deleting_the_raw_value_is_recorded_and_keeps_the_chain_without_extendin
 
 @pytest.mark.django_db(transaction=True)
 def test_the_ledger_refuses_to_append_outside_a_transaction():
-    from tests.factories import CategoricalAttributeFactory
     from accounts.services import event_rows
+    from tests.factories import CategoricalAttributeFactory
 
     value = contribute(CategoricalAttributeFactory(), ["red"], ceiling="0.3")[0]
     rows = event_rows([BudgetAccount.objects.get(value=value)], LedgerEntry.Kind.PAUSE)
     with pytest.raises(RuntimeError, match="inside the transaction"):
         ledger.append(rows, shard=value.attribute_id)
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
 def test_every_change_writes_a_ledger_entry_and_the_hash_chain_verifies(categorical):
@@ -209,15 +211,16 @@ def test_every_change_writes_a_ledger_entry_and_the_hash_chain_verifies(categori
         assert last.schedule_shape == budget.schedule_shape and last.schedule_cap == budget.schedule_cap
         assert last.chain_loss_after <= budget.chain_loss and last.oneshot_loss_after == budget.oneshot_loss
     assert LedgerBlock.objects.count() == sum(expected.values()) - len(values) + 1
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
-def test_verify_chain_detects_an_edited_a_deleted_and_a_forged_entry(categorical):
+def test_the_audit_finds_an_edited_and_a_deleted_entry(categorical):
+    """The hash chain's check is the audit's (``audit.hashchain``): it names the block an edit or a deletion broke."""
     values = contribute(categorical, ["red", "green", "blue"], ceiling="0.5")
     for v in values:
         budget_set_paused(value_id=v.id, paused=True)
         budget_set_ceiling(value_id=v.id, ceiling="0.7")
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
     target = entries(values[1].id)[1]
     with connection.cursor() as cur:
         if connection.vendor == "postgresql":  # tampering needs the append-only triggers out of the way
@@ -225,13 +228,16 @@ def test_verify_chain_detects_an_edited_a_deleted_and_a_forged_entry(categorical
         table = LedgerEvent._meta.db_table  # budget events are stored one row each (the view's rows)
         stored = LedgerEvent.objects.get(block_id=target.block_id, position=target.id % ledger.ID_SHIFT).id
         cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [D("9"), stored])
-        problems = ledger.verify_chain()
-        assert problems == [f"block {target.block_id}: entries do not match the block's hash"]
+        problems = hash_chain_problems()
+        assert len(problems) == 1 and problems[0].startswith(
+            f"each block's hash recomputes from its stored entries: block {target.block_id} ("), problems
         cur.execute(f"UPDATE {table} SET ceiling = %s WHERE id = %s", [target.ceiling, stored])
-        assert ledger.verify_chain() == []
+        assert hash_chain_problems() == []
         cur.execute(f"DELETE FROM {table} WHERE id = %s", [stored])
-        problems = ledger.verify_chain()
-        assert f"block {target.block_id}: holds 0 entries, recorded 1" in problems
-        assert f"block {target.block_id}: entries do not match the block's hash" in problems
+        problems = hash_chain_problems()
+        assert (f"entry count of each block matches its entries: block {target.block_id} records 1 entries but "
+                f"holds 0") in problems, problems
+        assert any(p.startswith(f"each block's hash recomputes from its stored entries: block {target.block_id} (")
+                   for p in problems), problems
         if connection.vendor == "postgresql":
             cur.execute("SET LOCAL session_replication_role = origin")

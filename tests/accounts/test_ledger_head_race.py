@@ -18,8 +18,8 @@ from django.db import connections, transaction
 from accounts import services as budget_services
 from accounts.models import LedgerBlock, LedgerHead, User
 from audit.budget_audit import audit_budgets
-from market import services
 from market.models import Attribute, Dataset
+from market.values import services
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
-from accounts import money
 from accounts.models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+from accounts.money import services as money
 from tests.factories import BuyerFactory, OwnerFactory, StaffFactory
 
 pytestmark = pytest.mark.django_db

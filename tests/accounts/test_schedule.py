@@ -5,10 +5,10 @@ with ``fractions.Fraction`` from the real elapsed time (microseconds included).
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
-import math
 
 import numpy as np
 import pytest

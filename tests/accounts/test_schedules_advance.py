@@ -11,7 +11,6 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounts import ledger
 from accounts import services as budget_services
 from accounts.epsilon import from_micro
 from accounts.models import BudgetAccount, LedgerEntry
@@ -19,6 +18,7 @@ from accounts.schedule import ceiling_micro
 from accounts.services import Schedule, budget_set_ceiling, schedules_advance
 from market.tasks import advance_schedules
 from tests.factories import CategoricalAttributeFactory, chain_head, contribute, stored_chains
+from tests.ledger_checks import hash_chain_problems
 
 UTC = timezone.utc
 T0 = datetime(2032, 6, 1, 12, 0, tzinfo=UTC)
@@ -86,7 +86,7 @@ def test_ceilings_rise_exactly_per_schedule_and_chains_follow(scheduled, categor
         assert bool(callbacks) == bool(raised)  # extension is enqueued (on commit) exactly when a ceiling rose
         assert ceilings(fixed) == [D("0.4")]
         assert_chains_reach_the_grid_below_their_ceiling(categorical, lin + stp + fixed)
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
 def test_ceilings_only_rise_even_if_the_clock_goes_back(scheduled):
@@ -129,9 +129,12 @@ def test_schedules_advance_is_set_based(db):
     assert big <= 12
 
 
-def test_schedules_advance_never_overwrites_a_policy_changed_meanwhile(scheduled, monkeypatch):
+def test_schedules_advance_never_overwrites_a_policy_changed_meanwhile(scheduled, monkeypatch, settings):
     """The owner switches one value to a fixed ceiling while the advance is running (after it read the groups):
     the set-based UPDATE matches on the schedule itself, so the new policy stands."""
+    # The "concurrent" change runs here inside the advance's own transaction, which a real owner's never does:
+    # the lock-order check (accounts.locks) would rightly see its ledger append before the advance's next locks.
+    settings.LDP_CHECK_LOCK_ORDER = False
     lin, stp, _ = scheduled
     changed = lin[0]
     original = Schedule.ceiling_at

@@ -1,4 +1,4 @@
-"""Owners' earnings settled in batches (docs/money.md#settlement): ``accounts.money.earnings_settle``.
+"""Owners' earnings settled in batches (docs/money.md#settlement): ``accounts.money.services.earnings_settle``.
 
 A purchase debits its buyer, credits its attribute's pending account (``owners_pending``) with the owners' shares
 and records each value's share in the compact ledger rows; a settlement of the attribute covers the release rows
@@ -14,6 +14,7 @@ append-only settlement table.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,16 +26,21 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from accounts import ledger, money
+from accounts.ledger import hashchain as ledger
 from accounts.models import LedgerEntry, LedgerRelease, MoneyAccount, MoneyEntry, Settlement
+from accounts.money import services as money
+from accounts.money.purchase import move_money
+from accounts.money.services import release_earnings
 from audit.budget_audit import audit_budgets
 from ldpmarket import jobs
-from market import purchases, tasks
+from market import tasks
 from market.models import Purchase, Value
-from market.pricing import PricePolicy
-from market.services import values_create_many
+from market.purchases import execution as purchases
+from market.purchases.pricing import PricePolicy
+from market.values.services import values_create_many
 from tests.audit.conftest import buy
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund, make_owners
+from tests.ledger_checks import hash_chain_problems
 from tests.market.test_purchase_concurrency import run_concurrently
 
 D = Decimal
@@ -339,7 +345,7 @@ def test_rows_without_recorded_earnings_are_covered_but_pay_nobody(db, monkeypat
         fund(buyer, "5")
     rng = np.random.default_rng(2)
     buy(new1, attribute, "0.5", rng)
-    real_append, real_move = ledger.append, purchases._move_money
+    real_append, real_move = ledger.append, move_money
 
     def append_without_earnings(rows, *, shard):
         rows.earning = None
@@ -347,7 +353,7 @@ def test_rows_without_recorded_earnings_are_covered_but_pay_nobody(db, monkeypat
 
     with monkeypatch.context() as m:
         m.setattr(ledger, "append", append_without_earnings)
-        m.setattr(purchases, "_move_money", lambda p, acc, charge, owner_share: real_move(
+        m.setattr(purchases, "move_money", lambda p, acc, charge, owner_share: real_move(
             p, acc, charge, np.zeros_like(owner_share)))
         legacy = buy(old, attribute, "2", rng)
     buy(new2, attribute, "1", rng)
@@ -360,14 +366,14 @@ def test_rows_without_recorded_earnings_are_covered_but_pay_nobody(db, monkeypat
     assert_audit_ok()
 
     # the reader passes over the unrecorded values: every row is counted, only recorded values come back
-    through, n, owners, earnings = ledger.release_earnings(shard=attribute.id, after=0, max_rows=100)
+    through, n, owners, earnings = release_earnings(shard=attribute.id, after=0, max_rows=100)
     assert (through, n) == (rows_of(attribute).aggregate(m=Max("id"))["m"], rows_of(attribute).count())
     assert owners.size == earnings.size == 18
     assert sorted(owners.tolist()) == sorted([v.owner_id for v in values] * 2)
     assert int(earnings.sum()) == int(owed * 9 / UNIT)
     # only the legacy rows: counted, nothing to pay
     first = legacy_rows.order_by("id").first().id
-    through, n, owners, earnings = ledger.release_earnings(shard=attribute.id, after=first - 1,
+    through, n, owners, earnings = release_earnings(shard=attribute.id, after=first - 1,
                                                            max_rows=legacy_rows.count())
     assert (through, n, owners.size, earnings.size) == (legacy_rows.aggregate(m=Max("id"))["m"],
                                                          legacy_rows.count(), 0, 0)
@@ -559,7 +565,7 @@ def _settled_exactly_once(attribute, values, expected: Expected) -> None:
         expected.by_shard[attribute.id]
     assert {v.owner_id: earnings_of(v.owner_id) for v in values} == {
         v.owner_id: expected.by_owner[v.owner_id] for v in values}
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
     assert_audit_ok()
 
 
@@ -573,22 +579,35 @@ def test_settlements_and_purchases_of_one_attribute_at_once_settle_every_earning
     expected = Expected()
     lock = threading.Lock()
     made = []
+    shopping = threading.Semaphore(0)  # released once per shopper that is done
 
     def shopper(k):
         def job():
-            for j, eps in enumerate(epsilons[k % 2:] + epsilons[:k % 2]):
-                p = _purchase(buyers[k], attribute, eps)
-                assert p.status == Purchase.Status.COMPLETED and p.included == len(values)
-                with lock:
-                    expected.bought(buyers[k], attribute, eps, values)
+            try:
+                for j, eps in enumerate(epsilons[k % 2:] + epsilons[:k % 2]):
+                    p = _purchase(buyers[k], attribute, eps)
+                    assert p.status == Purchase.Status.COMPLETED and p.included == len(values)
+                    with lock:
+                        expected.bought(buyers[k], attribute, eps, values)
+            finally:
+                shopping.release()
         return job
 
+    done = []
+
     def settler():
-        for _ in range(30):
+        # settle over and over while the shoppers buy (not a fixed number of times: on a loaded machine the
+        # purchases may not have started when a fixed count ran out)
+        rounds = 0
+        while rounds < 30 or len(done) < len(buyers):
             s = money.earnings_settle(shard=attribute.id, max_rows=2)
             if s is not None:
                 with lock:
                     made.append(s.id)
+            while shopping.acquire(blocking=False):
+                done.append(1)
+            rounds += 1
+            time.sleep(0.002)
 
     assert run_concurrently([shopper(k) for k in range(len(buyers))] + [settler, settler]) == []
     assert made, "the settling threads never found anything to settle"
@@ -672,7 +691,7 @@ def test_without_the_lock_two_settlements_of_the_same_rows_cannot_both_commit(sh
         _purchase(buyers[k], attribute, eps)
         expected.bought(buyers[k], attribute, eps, values)
     read = threading.Barrier(2, timeout=30)
-    real_read = ledger.release_earnings
+    real_read = release_earnings
 
     def read_then_meet(**kwargs):
         got = real_read(**kwargs)
@@ -680,7 +699,7 @@ def test_without_the_lock_two_settlements_of_the_same_rows_cannot_both_commit(sh
         return got
 
     monkeypatch.setattr(money, "MoneyAccount", _Unlocked)
-    monkeypatch.setattr(ledger, "release_earnings", read_then_meet)
+    monkeypatch.setattr(money, "release_earnings", read_then_meet)
     results = []
 
     def settle():

@@ -156,7 +156,8 @@ def test_revoking_needs_a_token():
     assert with_token("0" * 64).post("/api/v1/auth/logout/").status_code == 401
 
 
-@pytest.mark.parametrize("header", ["Bearer {key}", "Token", "Token {key} extra", "Token caf\u00e9", "Token \u00ff" * 3])
+@pytest.mark.parametrize("header", ["Bearer {key}", "Token", "Token {key} extra", "Token caf\u00e9",
+                                    "Token \u00ff" * 3])
 def test_malformed_or_foreign_authorization_headers_are_401_not_500(header):
     key = obtain(BuyerFactory())["token"]
     client = APIClient()

@@ -4,8 +4,15 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import User
-from tests.factories import (PASSWORD, AuditorFactory, BuyerFactory, DatasetFactory, OwnerFactory, StaffFactory,
-                             make_owners)
+from tests.factories import (
+    PASSWORD,
+    AuditorFactory,
+    BuyerFactory,
+    DatasetFactory,
+    OwnerFactory,
+    StaffFactory,
+    make_owners,
+)
 
 
 @pytest.mark.parametrize("factory,role", [(OwnerFactory, "owner"), (BuyerFactory, "buyer"),

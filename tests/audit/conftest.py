@@ -13,17 +13,17 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import User
-from accounts.money import earnings_settle
+from accounts.money.services import earnings_settle
 from accounts.roles import grant_role
 from accounts.services import Schedule, budget_set_ceiling, budget_set_paused
 from market.models import Attribute, Purchase, Value
-from market.pricing import DEFAULT_POLICY
-from market.purchases import purchase_claim, purchase_execute
-from market.services import value_delete_raw
+from market.purchases.execution import purchase_claim, purchase_execute
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values.services import value_delete_raw
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory, StaffFactory, contribute, fund
 
-LEDGER_TABLES = ["accounts_ledgerevent", "accounts_ledgerrelease", "accounts_ledgerblock", "accounts_moneyentry", "accounts_ledgercheckpoint",
-                 "accounts_ledgercheckpointleaf", "accounts_settlement"]
+LEDGER_TABLES = ["accounts_ledgerevent", "accounts_ledgerrelease", "accounts_ledgerblock", "accounts_moneyentry",
+                 "accounts_ledgercheckpoint", "accounts_ledgercheckpointleaf", "accounts_settlement"]
 
 
 @contextlib.contextmanager

@@ -10,9 +10,17 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from accounts.checkpoints import checkpoint_make
-from accounts.models import (BudgetAccount, LedgerBlock, LedgerCheckpoint, LedgerEntry, LedgerHead, MoneyAccount,
-                             MoneyEntry, User)
+from accounts.ledger.checkpoints import checkpoint_make
+from accounts.models import (
+    BudgetAccount,
+    LedgerBlock,
+    LedgerCheckpoint,
+    LedgerEntry,
+    LedgerHead,
+    MoneyAccount,
+    MoneyEntry,
+    User,
+)
 from accounts.roles import grant_role
 from market.models import Dataset, Purchase, PurchaseChunk, Value
 from tests.audit.conftest import tampering
@@ -23,8 +31,8 @@ pytestmark = pytest.mark.urls("tests.audit.urls")
 
 OURS = ("accounts", "market")
 #: Read-only for everybody, superusers included: they change only through the services.
-READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value, Purchase,
-             PurchaseChunk]
+READ_ONLY = [LedgerEntry, LedgerBlock, LedgerHead, LedgerCheckpoint, MoneyAccount, MoneyEntry, BudgetAccount, Value,
+             Purchase, PurchaseChunk]
 
 
 def registered():
@@ -55,7 +63,7 @@ def money_rows(market):
     every model has a row."""
     import numpy as np
 
-    from accounts import money
+    from accounts.money import services as money
     from tests.audit.conftest import buy
     from tests.factories import CategoricalAttributeFactory, contribute
 
@@ -112,7 +120,7 @@ def test_ledger_and_money_are_read_only_even_for_superusers(market, superuser, r
         assert not model_admin.has_add_permission(request)
         assert not model_admin.has_change_permission(request)
         assert not model_admin.has_delete_permission(request)
-        # the one action on money: a top-up through the money service (accounts/money.py), never an edit
+        # the one action on money: a top-up through the money service (accounts/money/services.py), never an edit
         assert set(model_admin.get_actions(request)) == ({"top_up_credit"} if model is MoneyAccount else set()), model
         obj = model.objects.order_by("pk").first()
         assert client.get(url(model, "changelist")).status_code == 200

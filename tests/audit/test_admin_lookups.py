@@ -22,7 +22,7 @@ from django.contrib import admin
 from django.db import models
 from django.test import Client, RequestFactory
 
-from accounts.admin import AuditMixin, IdSearchMixin
+from accounts.console import AuditMixin, IdSearchMixin
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.roles import grant_role
 from market.models import Purchase

@@ -9,10 +9,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from accounts.admin import BudgetAccountAdmin, usage_bar
+from accounts.admin import BudgetAccountAdmin
+from accounts.console import usage_bar
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry, User
+from accounts.money.format import format_amount, format_money
 from audit.admin import LedgerEntryAdmin
-from ldpmarket.money import format_amount, format_money
 from market.admin import PurchaseAdmin, ValueAdmin
 from market.models import ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
 from tests.audit.test_admin import url

@@ -14,16 +14,24 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
-from accounts import ledger
-from accounts.models import (BudgetAccount, LedgerBlock, LedgerEntry, LedgerEvent, LedgerRelease, MoneyAccount,
-                             MoneyEntry)
+from accounts.ledger import hashchain as ledger
+from accounts.models import (
+    BudgetAccount,
+    LedgerBlock,
+    LedgerEntry,
+    LedgerEvent,
+    LedgerRelease,
+    MoneyAccount,
+    MoneyEntry,
+)
 from accounts.schedule import ceiling_micro
 from audit import budget_audit, replay, tables
 from audit.budget_audit import audit_budgets
 from audit.report import SECTIONS
-from market import sealing
 from market.models import ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
+from market.values import sealing
 from tests.audit.conftest import tampering
+from tests.ledger_checks import hash_chain_problems
 from tests.ledger_edits import delete_block_entries, delete_entry, edit_block_entries, edit_entry, insert_entry
 
 
@@ -82,7 +90,7 @@ def test_audit_encoding_matches_ledger_stored_records(market):
         sl = np.flatnonzero(e["block"] == block.id)
         ours = tables.entry_records(e, slice(sl[0], sl[-1] + 1))
         assert ours.tobytes() == ledger.stored_records(block).tobytes()
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
 def test_vectorized_schedule_ceiling_equals_ceiling_micro():
@@ -388,7 +396,8 @@ def test_triggers_refuse_tampering_and_are_restored(market):
 @pytest.mark.parametrize("micro", [0, 1, 500000, 999499, 999500, 999999])
 def test_timestamps_are_read_exactly(db, micro):
     """Microsecond timestamps come back exact from one query (SQLite's strftime would round .9995 s up)."""
-    from datetime import datetime, timezone as tz
+    from datetime import datetime
+    from datetime import timezone as tz
 
     when = datetime(2026, 11, 22, 2, 43, 43, micro, tzinfo=tz.utc)
     block = LedgerBlock.objects.create(prev_hash=ledger.GENESIS, hash=f"{micro:064d}", entry_count=1, created_at=when)

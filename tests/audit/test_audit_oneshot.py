@@ -19,11 +19,11 @@ from accounts.models import BudgetAccount, LedgerEntry
 from audit.budget_audit import audit_budgets
 from audit.privacy import privacy_audit
 from market.models import Purchase, PurchaseChunk
-from market.purchases import purchase_claim, purchase_execute
-from market.services import value_set_pum_tag
+from market.purchases.execution import purchase_claim, purchase_execute
+from market.values.services import value_set_pum_tag
 from tests.audit.conftest import tampering
-from tests.ledger_edits import edit_entry
 from tests.factories import BinaryAttributeFactory, GraphAttributeFactory, UrrAttributeFactory
+from tests.ledger_edits import edit_entry
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 
 

@@ -11,14 +11,16 @@ import pytest
 from django.db import IntegrityError, OperationalError, connection, connections, transaction
 from django.utils import timezone
 
-from accounts import ledger
-from accounts.checkpoints import checkpoint_make
+from accounts.ledger import hashchain as ledger
+from accounts.ledger import merkle, signing
+from accounts.ledger.checkpoints import checkpoint_make
+from accounts.ledger.leaves import leaf_data
 from accounts.models import BudgetAccount, LedgerBlock, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
 from accounts.services import budget_set_paused, event_rows
 from audit.budget_audit import audit_budgets
-from ldpmarket import ledger_key, merkle
 from tests.audit.conftest import buy, sql, tampering
 from tests.factories import CategoricalAttributeFactory, contribute
+from tests.ledger_checks import hash_chain_problems
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +48,7 @@ def test_each_attribute_has_its_own_chain_from_genesis(market):
         assert (head.last_block_id, head.blocks) == (blocks[-1].id, len(blocks))
     entries = LedgerEntry.objects.select_related("block", "value")
     assert all(e.block.shard == e.value.attribute_id for e in entries)
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
     report = audit_budgets()
     assert report.ok, report.as_text()
     assert report.stats["shards"] == 2
@@ -84,10 +86,10 @@ def test_checkpoints_sign_an_append_only_log_of_blocks(market):
     assert [leaf.block_id for leaf in leaves] == [b.id for b in blocks]
     assert [(leaf.shard, leaf.blocks, leaf.head_hash) for leaf in leaves] == [
         (b.shard, k + 1, b.hash) for k, b in enumerate(blocks)]  # one shard: heights 1, 2, 3, ...
-    hashes = [merkle.leaf_hash(ledger.leaf_data(leaf)) for leaf in leaves]
+    hashes = [merkle.leaf_hash(leaf_data(leaf)) for leaf in leaves]
     assert first.root_hash == merkle.root(hashes).hex()
-    assert ledger_key.verify(ledger_key.statement(first.tree_size, first.root_hash, first.created_at), first.signature)
-    assert first.key_id == ledger_key.key_id()
+    assert signing.verify(signing.statement(first.tree_size, first.root_hash, first.created_at), first.signature)
+    assert first.key_id == signing.key_id()
     again = checkpoint_make()
     assert again.id == first.id and again.appended == 0  # no new block: nothing new to sign
 
@@ -99,7 +101,7 @@ def test_checkpoints_sign_an_append_only_log_of_blocks(market):
     assert [leaf.blocks for leaf in new if leaf.shard == other.id] == list(
         range(1, LedgerBlock.objects.filter(shard=other.id).count() + 1))
     assert [leaf.blocks for leaf in new if leaf.shard == market.attribute.id] == [len(blocks) + 1]
-    hashes = [merkle.leaf_hash(ledger.leaf_data(leaf)) for leaf in LedgerCheckpointLeaf.objects.order_by("index")]
+    hashes = [merkle.leaf_hash(leaf_data(leaf)) for leaf in LedgerCheckpointLeaf.objects.order_by("index")]
     proof = merkle.consistency_proof(first.tree_size, hashes)
     assert merkle.verify_consistency(first.tree_size, second.tree_size, bytes.fromhex(first.root_hash),
                                      bytes.fromhex(second.root_hash), proof)
@@ -175,7 +177,7 @@ def test_writers_of_different_attributes_do_not_wait_for_each_other():
     finally:
         release.set()
         t.join()
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
     assert LedgerHead.objects.get(shard=b.id).blocks == 2 and LedgerHead.objects.get(shard=a.id).blocks == 2
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from django.db.models import F
 
-from accounts import money
 from accounts.models import LedgerRelease, MoneyAccount, MoneyEntry, PayoutRequest, Settlement, TopUp
+from accounts.money import services as money
 from audit.budget_audit import audit_budgets
 from tests.audit.conftest import buy, tampering
 from tests.audit.test_audit_budgets import failed, names
@@ -127,7 +127,10 @@ def test_the_market_settles_its_first_purchase_and_passes(market):
     rows = LedgerRelease.objects.filter(shard=market.attribute.id)
     assert (s.after_release, s.through_release) == (0, max(rows.filter(purchase=first).values_list("id", flat=True)))
     assert s.amount > 0 and s.owners == first.included
-    earned = lambda p: sum(int(x) for r in rows.filter(purchase=p) for x in r.earnings)
+
+    def earned(p):
+        return sum(int(x) for r in rows.filter(purchase=p) for x in r.earnings)
+
     assert s.amount == D(earned(first)) / 10_000
     assert _pending(market).balance == D(earned(second)) / 10_000 > 0
     report = audit_budgets()

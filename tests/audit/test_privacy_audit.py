@@ -13,8 +13,15 @@ from django.core.management.base import CommandError
 from audit.privacy import privacy_audit
 from market.models import ChainPoint
 from mechanisms.audit import bayes_error_bound
-from tests.factories import (BinaryAttributeFactory, CategoricalAttributeFactory, NumericAttributeFactory,
-                             StringAttributeFactory, contribute, replace_chain, stored_chains)
+from tests.factories import (
+    BinaryAttributeFactory,
+    CategoricalAttributeFactory,
+    NumericAttributeFactory,
+    StringAttributeFactory,
+    contribute,
+    replace_chain,
+    stored_chains,
+)
 
 LABELS = ["red", "green", "blue"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -156,8 +163,12 @@ def test_an_attribute_with_nothing_sampled_is_skipped_not_passed(db, honest, tmp
 def test_the_audit_shows_the_right_m_for_every_kind(db):
     """Issue 13: every attribute but a categorical one was shown with m = 2 (a ternary value has 3 states, a
     distribution as many labels as it has, a graph 3 states per item)."""
-    from tests.factories import (DistributionAttributeFactory, GraphAttributeFactory, TernaryAttributeFactory,
-                                 UrrAttributeFactory)
+    from tests.factories import (
+        DistributionAttributeFactory,
+        GraphAttributeFactory,
+        TernaryAttributeFactory,
+        UrrAttributeFactory,
+    )
 
     expected = {CategoricalAttributeFactory(): (3, "m = 3"), BinaryAttributeFactory(): (2, "m = 2"),
                 NumericAttributeFactory(): (2, "m = 2 (discretized to its bounds)"),

@@ -13,16 +13,29 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from accounts import ledger
-from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
+from accounts.ledger import hashchain as ledger
+from accounts.ledger import merkle, signing
+from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
+from accounts.ledger.leaves import (
+    BLOCK_LEAF_MARKER,
+    ENTRY_LEAF_MARKER,
+    TREE_CHUNK,
+    TREE_WINDOW,
+    block_tree,
+    entry_leaf_data,
+    entry_leaf_hashes,
+    entry_tree,
+    head_leaf,
+    log_leaf_hashes,
+    records_at,
+)
+from accounts.ledger.receipts import receipts_bundle
 from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
-from accounts.receipts import receipts_bundle
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
-from ldpmarket import ledger_key, merkle
 from ldpmarket.problems import NoSuchCheckpoint
 from market.models import Value
-from market.pricing import DEFAULT_POLICY
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.audit.conftest import buy, sql, tampering
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund
 from tests.ledger_edits import edit_entry
@@ -36,20 +49,20 @@ MICRO = 10 ** 6
 
 def proven_entry(data: bytes) -> dict:
     """Decode a receipt's entry data (docs/receipts.md#entry-data-159-bytes)."""
-    assert data[:31] == ledger.ENTRY_LEAF_MARKER and len(data) == 159
+    assert data[:31] == ENTRY_LEAF_MARKER and len(data) == 159
     f = np.frombuffer(data[31:], dtype="<i8")
     return dict(zip(ledger.ENTRY.names, (int(x) for x in f)))
 
 
 def verify_with_merkle(bundle) -> int:
-    """Check every receipt of ``bundle`` with ``ldpmarket.merkle``, and that its shown entry is the proven one."""
+    """Check every receipt of ``bundle`` with ``accounts.ledger.merkle``, and that its shown entry is the proven one."""
     cp = bundle["checkpoint"]
-    assert ledger_key.verify(cp["statement"].encode(), cp["signature"])
+    assert signing.verify(cp["statement"].encode(), cp["signature"])
     assert cp["statement"].split("\n")[1:3] == [str(cp["tree_size"]), cp["root_hash"]]
     root = bytes.fromhex(cp["root_hash"])
     for r in bundle["receipts"]:
         block = bytes.fromhex(r["block_data"])
-        assert block[:31] == ledger.BLOCK_LEAF_MARKER and len(block) == 135
+        assert block[:31] == BLOCK_LEAF_MARKER and len(block) == 135
         entries_root = block[-32:]
         assert merkle.verify_inclusion(r["entry_index"], r["block_size"],
                                        merkle.leaf_hash(bytes.fromhex(r["entry_data"])),
@@ -82,9 +95,9 @@ def all_value_ids():
 def test_records_at_reads_what_the_hash_covers(market):
     for block in LedgerBlock.objects.order_by("id"):
         stored = ledger.stored_records(block)
-        assert ledger.records_at(block.id, 0, block.entry_count).tobytes() == stored.tobytes()
+        assert records_at(block.id, 0, block.entry_count).tobytes() == stored.tobytes()
         if block.entry_count > 3:
-            assert ledger.records_at(block.id, 1, 3).tobytes() == stored[1:3].tobytes()
+            assert records_at(block.id, 1, 3).tobytes() == stored[1:3].tobytes()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 2047, 2048, 2049, 4097, 6145])
@@ -93,10 +106,10 @@ def test_the_entries_root_is_the_rfc6962_root_over_every_entry(n):
     records = np.zeros(n, dtype=ledger.ENTRY)
     for name in ledger.ENTRY.names:
         records[name] = rng.integers(-1, 10 ** 9, n)
-    root, chunks = ledger.entry_tree(records)
-    leaves = [merkle.leaf_hash(ledger.entry_leaf_data(r)) for r in records]
-    assert leaves == ledger.entry_leaf_hashes(records)
-    assert root == merkle.root(leaves) and len(chunks) == -(-n // ledger.TREE_CHUNK)
+    root, chunks = entry_tree(records)
+    leaves = [merkle.leaf_hash(entry_leaf_data(r)) for r in records]
+    assert leaves == entry_leaf_hashes(records)
+    assert root == merkle.root(leaves) and len(chunks) == -(-n // TREE_CHUNK)
     tree = merkle.Tree(leaves)
     for i in {0, n // 2, n - 1}:
         assert tree.inclusion_proof(i) == merkle.inclusion_proof(i, leaves)
@@ -134,8 +147,8 @@ def test_oneshot_releases_and_surveys_have_receipts(db):
     assert verify_with_merkle(bundle) == LedgerEntry.objects.count()
     receipts_chain(bundle)
     for block in LedgerBlock.objects.all():  # v2-hashed blocks (guarantees) re-hash a window at a time too
-        assert ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, block.entry_count,
-                                 ledger.TREE_CHUNK)[0] == block.hash
+        assert block_tree(block.id, block.shard, block.prev_hash, block.created_at, block.entry_count,
+                                 TREE_CHUNK)[0] == block.hash
     guarantees = {r["entry"]["guarantee"] for r in bundle["receipts"] if r["entry"]["kind"] == "oneshot_release"}
     assert guarantees == {"uldp", "per_report_non_collusion"}
     assert all(proven_entry(bytes.fromhex(r["entry_data"]))["guarantee"] > 0 for r in bundle["receipts"]
@@ -187,19 +200,19 @@ def test_a_receipt_deep_in_a_large_block(db):
     bundle = receipts_bundle(value_ids=last)
     assert verify_with_merkle(bundle) == LedgerEntry.objects.filter(value_id__in=last).count()
     deep = [r for r in bundle["receipts"] if r["entry"]["kind"] == "chain_release"]
-    assert sorted(r["entry_index"] // ledger.TREE_CHUNK for r in deep) == [1, 2]
+    assert sorted(r["entry_index"] // TREE_CHUNK for r in deep) == [1, 2]
     assert all(r["block_size"] == 4200 and len(r["entry_proof"]) <= 13 for r in deep)  # ceil(log2 4200) = 13
     # The checkpoint read these blocks (the contribution's 4,200 events, the purchase's 4,200 releases) a window at
     # a time: any window gives the block's hash and the same tree.
     blocks = list(LedgerBlock.objects.filter(entry_count=4200))
     assert len(blocks) == 2
     for block in blocks:
-        whole = ledger.entry_tree(ledger.stored_records(block))
-        for window in (ledger.TREE_CHUNK, 2 * ledger.TREE_CHUNK, ledger.TREE_WINDOW):
-            assert ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, window) == (
+        whole = entry_tree(ledger.stored_records(block))
+        for window in (TREE_CHUNK, 2 * TREE_CHUNK, TREE_WINDOW):
+            assert block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, window) == (
                 block.hash, *whole)
     with pytest.raises(ValueError):
-        ledger.block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, 1000)
+        block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, 1000)
 
 
 def test_a_log_of_shard_heads_gets_block_leaves_after_it(market):
@@ -207,17 +220,17 @@ def test_a_log_of_shard_heads_gets_block_leaves_after_it(market):
     every block, old ones included; the log stays consistent and the audit passes."""
     now = timezone.now()
     heads = list(LedgerHead.objects.select_related("last_block").order_by("shard"))
-    hashes = [merkle.leaf_hash(ledger.head_leaf(h.shard, h.blocks, h.last_block.hash)) for h in heads]
+    hashes = [merkle.leaf_hash(head_leaf(h.shard, h.blocks, h.last_block.hash)) for h in heads]
     root = merkle.root(hashes).hex()
     old = LedgerCheckpoint.objects.create(created_at=now, tree_size=len(heads), root_hash=root,
-                                          key_id=ledger_key.key_id(),
-                                          signature=ledger_key.sign(ledger_key.statement(len(heads), root, now)))
+                                          key_id=signing.key_id(),
+                                          signature=signing.sign(signing.statement(len(heads), root, now)))
     LedgerCheckpointLeaf.objects.bulk_create([LedgerCheckpointLeaf(index=i, checkpoint=old, shard=h.shard,
                                                                    blocks=h.blocks, head_hash=h.last_block.hash)
                                               for i, h in enumerate(heads)])
     new = checkpoint_make()
     assert new.tree_size == len(heads) + LedgerBlock.objects.count()
-    log = ledger.log_leaf_hashes()
+    log = log_leaf_hashes()
     assert merkle.verify_consistency(old.tree_size, new.tree_size, bytes.fromhex(old.root_hash),
                                      bytes.fromhex(new.root_hash), merkle.consistency_proof(old.tree_size, log))
     bundle = receipts_bundle(value_ids=all_value_ids())

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from accounts.checkpoints import checkpoint_make
+from accounts.ledger.checkpoints import checkpoint_make
 from accounts.models import LedgerEntry
 from accounts.services import budget_set_ceiling
 from market.models import Value
-from market.services import values_create_many
+from market.values.services import values_create_many
 from tests.audit.test_receipts import receipts_chain, verify_with_merkle
 from tests.factories import BuyerFactory, CategoricalAttributeFactory
 from tests.market.api.conftest import assert_problem, client_for

@@ -5,6 +5,6 @@ from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/audit/", include("audit.urls")),
+    path("api/v1/audit/", include("audit.api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
 ]

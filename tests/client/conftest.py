@@ -8,10 +8,9 @@ import uuid
 import pytest
 from django.contrib.auth import get_user_model
 
-
 from accounts.roles import grant_role
-from tests.market.api.conftest import LABELS, POLICY, contribute
 from tests.factories import CategoricalAttributeFactory, fund
+from tests.market.api.conftest import LABELS, POLICY, contribute
 
 PASSWORD = "client-test-password"
 
@@ -68,6 +67,7 @@ def client_for(live_server, sleeps):
     exception's traceback (``pytest.raises``) keeps its socket open until it is collected, hence the
     ``gc.collect()``."""
     import requests
+
     from ldpmarket_client import Client
 
     made = []

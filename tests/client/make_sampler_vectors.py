@@ -33,7 +33,7 @@ SEED = 20240616
 ABOUT = ("Test vectors of the owner-side sampler (docs/custody.md, docs/mechanisms.md 'Exact sampling'), drawn "
          "by the server's mechanisms.rr.perturb (op krr) and mechanisms.relaxation.relax (op relax) on one row "
          "from the given uniform 64-bit words (decimal strings, consumed in order; words_used of them are "
-         "used). Epsilons are exact decimals (market.chains.draw_epsilon); outputs and values are label "
+         "used). Epsilons are exact decimals (market.chains.grow.draw_epsilon); outputs and values are label "
          "indices 0..m-1. laws: k-RR cells (keep for the true value, flip for each other, of total); steps: "
          "the integer rows of a relaxation step (kept: previous output = true value = first; moved: first = "
          "true value, second = previous output), each category's probability its weight over first + second "
@@ -66,7 +66,7 @@ class FixedWords:
 
 
 def _eps(micro: int) -> str:
-    from market.chains import draw_epsilon
+    from market.chains.grow import draw_epsilon
 
     return str(draw_epsilon(micro))
 

@@ -2,7 +2,7 @@
 the receipts verifiers: the client's (``ldpmarket_client.receipts``) and the portal's.
 
 It is independent of the service's receipt code: it lays out the entry and block leaf data itself with
-``struct`` from docs/receipts.md, builds the trees with ``ldpmarket.merkle``, and signs the checkpoint with a
+``struct`` from docs/receipts.md, builds the trees with ``accounts.ledger.merkle``, and signs the checkpoint with a
 fresh Ed25519 key.  It needs no database and no Django settings::
 
     from tests.client import receipt_fixtures as rf
@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ldpmarket import merkle
+from accounts.ledger import merkle
 
 FORMAT = "ldpmarket-receipts-v1"
 HEADER = "ldpmarket ledger checkpoint v1"

@@ -8,8 +8,8 @@ import stat
 from decimal import Decimal
 
 import pytest
-from ldpmarket_client import cli
 
+from ldpmarket_client import cli
 from market.models import Purchase
 from tests.client.conftest import PASSWORD
 

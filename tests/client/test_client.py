@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 from django.db import connections
-from ldpmarket_client import ProblemError, errors
 
 from accounts.models import MoneyAccount
+from ldpmarket_client import ProblemError, errors
 from market.models import Purchase
 from tests.client.conftest import make_buyer, statuses
 

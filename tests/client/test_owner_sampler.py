@@ -17,8 +17,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from ldpmarket_client import sampler
 
+from ldpmarket_client import sampler
 from mechanisms import chain as server_chain
 from mechanisms import rr_matrix
 from tests.client import make_sampler_vectors

@@ -12,11 +12,11 @@ from decimal import Decimal
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from ldpmarket_client import cli, errors, sampler
-from ldpmarket_client.owner import Grid, Owner, OwnerError
 
 from accounts.roles import grant_role
 from accounts.services import budget_set_ceiling
+from ldpmarket_client import cli, errors, sampler
+from ldpmarket_client.owner import Grid, Owner, OwnerError
 from market.models import Value
 from tests.client.conftest import PASSWORD
 from tests.factories import CategoricalAttributeFactory, NumericAttributeFactory, stored_chains

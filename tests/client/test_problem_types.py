@@ -1,9 +1,8 @@
 """Every problem type the service declares (docs/errors.md) has its own exception class in the client."""
 from __future__ import annotations
 
-from ldpmarket_client import ProblemError, errors
-
 from ldpmarket.api import problem_attributes
+from ldpmarket_client import ProblemError, errors
 from tests.market.api.test_problem_types import concrete
 
 

@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from decimal import Decimal
 
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from ldpmarket_client import cli
 
+from accounts.ledger import signing
 from accounts.models import LedgerCheckpoint, LedgerEntry
 from accounts.roles import grant_role
 from accounts.services import budget_set_ceiling
-from ldpmarket import ledger_key
+from ldpmarket_client import cli
 from market.models import Value
-from market.pricing import DEFAULT_POLICY
-from market.services import values_create_many
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values.services import values_create_many
 from tests.audit.conftest import buy, sql, tampering
 from tests.client.conftest import PASSWORD
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, fund
@@ -134,7 +133,7 @@ def test_a_forked_log_is_caught(fetch, owner_with_sales, tmp_path):
     forged = "ab" * 32
     with tampering():
         sql("UPDATE accounts_ledgercheckpoint SET root_hash = %s, signature = %s WHERE id = %s",
-            [forged, ledger_key.sign(ledger_key.statement(latest.tree_size, forged, latest.created_at)), latest.id])
+            [forged, signing.sign(signing.statement(latest.tree_size, forged, latest.created_at)), latest.id])
     code, _, err = fetch("owner", "receipts", "--out", str(tmp_path / "receipts.json"))
     assert code == 0, err
     code, out, err = fetch("verify", str(tmp_path / "receipts.json"), "--checkpoint", str(tmp_path / "checkpoint.json"),

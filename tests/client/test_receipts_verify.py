@@ -1,6 +1,6 @@
 """The client's receipts verifier (docs/receipts.md#checking-receipts, docs/client.md#verifying-receipts) against
 receipts files built by ``tests.client.receipt_fixtures``: a valid file verifies, each kind of tampering is
-caught with a message that names the receipt and the value, and its Merkle code agrees with ``ldpmarket.merkle``.
+caught with a message that names the receipt and the value, and its Merkle code agrees with ``accounts.ledger.merkle``.
 No database: the verifier and the builder need none."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from accounts.ledger import merkle
 from ldpmarket_client import cli, receipts
 from ldpmarket_client.receipts import CHECKPOINT, FILE_CHECKPOINT, LOSSES, PROOFS, SAME_LOG, verify_bundle
-
-from ldpmarket import merkle
 from tests.client import receipt_fixtures as rf
 
 SIZES = (1, 2, 3, 5, 17, 2049)

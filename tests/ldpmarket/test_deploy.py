@@ -116,7 +116,7 @@ def test_security_headers_are_sent(client, db):
 
 
 def test_the_session_cookie_is_secure_and_http_only(client, db):
-    from tests.factories import OwnerFactory, PASSWORD
+    from tests.factories import PASSWORD, OwnerFactory
 
     owner = OwnerFactory()
     response = client.post("/portal/login/", {"username": owner.username, "password": PASSWORD}, secure=True)

@@ -1,11 +1,11 @@
-"""The Ed25519 key that signs the ledger's checkpoints (ldpmarket.ledger_key, docs/budget-rules.md#checkpoints)."""
+"""The Ed25519 key that signs the ledger's checkpoints (accounts.ledger.signing, docs/budget-rules.md#checkpoints)."""
 from __future__ import annotations
 
 import hashlib
 
 from django.utils import timezone
 
-from ldpmarket import ledger_key
+from accounts.ledger import signing as ledger_key
 
 
 def test_the_signature_covers_the_statement_and_the_key_is_the_configured_one(settings):

@@ -1,4 +1,4 @@
-"""RFC 6962 / 9162 Merkle trees (ldpmarket.merkle): the reference roots, and inclusion and consistency proofs that
+"""RFC 6962 / 9162 Merkle trees (accounts.ledger.merkle): the reference roots, and inclusion and consistency proofs that
 verify for every leaf and every pair of sizes up to 33, and fail when anything is changed."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from ldpmarket import merkle
+from accounts.ledger import merkle
 
 #: The eight leaves of the RFC 6962 reference tests (certificate-transparency) and the roots of their prefixes.
 LEAVES = [b"", b"\x00", b"\x10", b"\x20\x21", b"\x30\x31", b"\x40\x41\x42\x43", b"\x50\x51\x52\x53\x54\x55\x56\x57",

@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 from rest_framework import serializers
 
-from accounts import money
 from accounts.epsilon import parse
+from accounts.money import services
 from ldpmarket.fields import (
     IdConverter,
     StrictDecimalFormField,
@@ -28,7 +28,7 @@ from ldpmarket.numbers import (
     parse_ascii_int,
 )
 from ldpmarket.problems import EpsilonError, InvalidValue, MoneyError
-from market.domain import _number
+from market.values.inputs import _number
 
 #: What Python's int(), Decimal() or float() read, or str.isdigit() accepts, that is no plain ASCII number.
 LENIENT = ["1_000", "+5", " 5", "5 ", "\u0661\u0660", "\u00b2", "\uff15", "1e3", "0x10", "5.", "", "-", ".",
@@ -73,7 +73,7 @@ def test_epsilons_amounts_and_raw_values_take_plain_decimals(text):
     with pytest.raises(EpsilonError):
         parse(text)
     with pytest.raises(MoneyError):
-        money.parse_amount(text)
+        services.parse_amount(text)
     with pytest.raises(InvalidValue):
         _number(text, "a weight")
 
@@ -82,9 +82,9 @@ def test_epsilons_amounts_and_values_still_read_plain_decimals_and_json_numbers(
     assert parse("0.5") == Decimal("0.5") and parse(Decimal("1E-1")) == Decimal("0.1") and parse(2) == 2
     with pytest.raises(EpsilonError, match="greater than 0"):
         parse("-1", allow_zero=False)  # the sign is read, for its own message
-    assert money.parse_amount(" 100.50 ") == Decimal("100.50") and money.parse_amount(Decimal("1E+2")) == 100
+    assert services.parse_amount(" 100.50 ") == Decimal("100.50") and services.parse_amount(Decimal("1E+2")) == 100
     with pytest.raises(MoneyError, match="positive"):
-        money.parse_amount("-5")
+        services.parse_amount("-5")
     assert _number("-0.25", "a weight") == -0.25 and _number(0.5, "a weight") == 0.5
 
 

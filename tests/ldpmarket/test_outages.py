@@ -24,7 +24,7 @@ from django.test import Client
 from accounts.models import MoneyEntry
 from ldpmarket.celery import app
 from market.models import Purchase
-from market.pricing import DEFAULT_POLICY, PricePolicy
+from market.purchases.pricing import DEFAULT_POLICY, PricePolicy
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund
 from tests.workerproc import RedisServer
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from accounts.ledger import micros
+from accounts.ledger.hashchain import micros
 from ldpmarket import pgbinary
 from ldpmarket.pgbinary import Column
 

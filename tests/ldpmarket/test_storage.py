@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from accounts.ledger import micros
+from accounts.ledger.hashchain import micros
 from accounts.models import User
 from ldpmarket import storage
 from ldpmarket.pgbinary import Column

@@ -5,12 +5,10 @@ import uuid
 
 import numpy as np
 
-from market import purchases
-from market import oneshot
 from market.models import Purchase
-from market.pricing import DEFAULT_POLICY
+from market.purchases import execution, oneshot, oneshot_specs
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.factories import BuyerFactory, contribute, fund
-from market import oneshot_specs
 
 POLICY = DEFAULT_POLICY
 
@@ -31,4 +29,4 @@ def run(buyer, attribute, *, rng=None, key=None, cohort=None, max_price=None, **
     spec = oneshot_specs.parse_spec(attribute, **request)
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=cohort,
                                         idempotency_key=key or uuid.uuid4().hex)
-    return purchases.purchase_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)
+    return execution.purchase_execute(purchase_id=purchase.id, rng=rng, max_price=max_price)

@@ -1,4 +1,4 @@
-"""Chains in blocks (market.chainstore, docs/architecture.md#chains-in-blocks): what a block stores, that the
+"""Chains in blocks (market.chains.store, docs/architecture.md#chains-in-blocks): what a block stores, that the
 neighbours of e decide a purchase exactly as the whole chain does, that a dump reveals no unreleased output and
 no input, and that no chain forks under concurrency, even without the attribute's chain lock."""
 from __future__ import annotations
@@ -12,15 +12,21 @@ import numpy as np
 import pytest
 from django.apps import apps
 from django.db import connection, transaction
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from accounts.models import BudgetAccount, MoneyAccount, MoneyEntry, User
 from audit.budget_audit import audit_budgets
-from market import chainsets, chainstore, domain, sealing
+from market.chains import sets
+from market.chains import store as chainstore
+from market.chains.extension import chains_extend
 from market.models import Attribute, ChainBlock, ChainPoint, Dataset, Purchase, Value
-from market.pricing import DEFAULT_POLICY
-from market.purchases import purchase_claim, purchase_execute
-from market.services import chains_extend, values_create_many
+from market.purchases.execution import purchase_claim, purchase_execute
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values import inputs as domain
+from market.values import sealing
+from market.values.services import values_create_many
 from tests.factories import CategoricalAttributeFactory, contribute, stored_chains
 from tests.market.test_purchase_concurrency import run_concurrently
 
@@ -73,20 +79,20 @@ def test_a_point_row_opens_only_as_the_row_it_was_sealed_for(db):
 @given(eps=st.lists(st.integers(1, 40), min_size=1, max_size=8, unique=True), e=st.integers(0, 45),
        seed=st.integers(0, 2**32 - 1))
 def test_the_neighbours_of_e_decide_a_release_as_the_whole_chain_does(eps, e, seed):
-    """``chainstore.neighbours`` keeps at most the points just below and above e: ``chainsets.at`` then makes the
+    """``chainstore.neighbours`` keeps at most the points just below and above e: ``sets.at`` then makes the
     same calls with the same outputs as on the whole chain (same random source)."""
     eps = np.array(sorted(eps), dtype=np.int64) * 100_000
     e = int(e) * 100_000 + 50_000 * (seed % 2)
     rng = np.random.default_rng(seed)
     out = rng.integers(0, 4, size=(eps.size, 1))
-    whole = chainsets.ChainSet(eps=eps, out=out, offsets=np.array([0, eps.size]))
+    whole = sets.ChainSet(eps=eps, out=out, offsets=np.array([0, eps.size]))
     inputs = np.array([[2]])
     lo, hi = eps[eps <= e], eps[eps > e]
     keep = [lo[-1]] if lo.size and lo[-1] == e else list(lo[-1:]) + list(hi[:1])
     idx = np.searchsorted(eps, keep)
-    mini = chainsets.ChainSet(eps=eps[idx], out=out[idx], offsets=np.array([0, len(keep)]))
-    a, _ = chainsets.at(whole, e, 4, inputs, np.random.default_rng(seed + 1))
-    b, _ = chainsets.at(mini, e, 4, inputs, np.random.default_rng(seed + 1))
+    mini = sets.ChainSet(eps=eps[idx], out=out[idx], offsets=np.array([0, len(keep)]))
+    a, _ = sets.at(whole, e, 4, inputs, np.random.default_rng(seed + 1))
+    b, _ = sets.at(mini, e, 4, inputs, np.random.default_rng(seed + 1))
     assert a.outputs.tolist() == b.outputs.tolist()
     assert (a.stored.tolist(), a.inserted.tolist()) == (b.stored.tolist(), b.inserted.tolist())
 

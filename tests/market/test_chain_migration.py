@@ -12,15 +12,15 @@ from __future__ import annotations
 from decimal import Decimal
 
 import numpy as np
-import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import LedgerEntry, LedgerEvent, LedgerRelease
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
+from market.chains.extension import chains_extend
 from market.models import ChainBlock, ChainPoint, Value
-from market.services import chains_extend, value_delete_raw
+from market.values.services import value_delete_raw
 from tests.audit.conftest import buy
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_heads, contribute, fund, stored_chains
 

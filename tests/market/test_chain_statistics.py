@@ -25,12 +25,19 @@ import time_machine
 from scipy import stats
 
 from accounts.services import Schedule, schedules_advance
-from market import domain, sealing
 from market.models import Value
+from market.values import inputs as domain
+from market.values import sealing
 from mechanisms import rr_matrix
 from mechanisms.rappor import bloom_bits
-from tests.factories import (BinaryAttributeFactory, CategoricalAttributeFactory, NumericAttributeFactory,
-                             StringAttributeFactory, contribute, stored_chains)
+from tests.factories import (
+    BinaryAttributeFactory,
+    CategoricalAttributeFactory,
+    NumericAttributeFactory,
+    StringAttributeFactory,
+    contribute,
+    stored_chains,
+)
 from tests.market.stats import ALPHA, chi_square, independent_pair_laws, pair_laws, power, table
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -179,8 +186,8 @@ def test_string_chains_run_on_every_bloom_bit(django_capture_on_commit_callbacks
     # bits, so each bit is drawn at epsilon / 4 (at epsilon per bit the filter would be 4 epsilon-LDP)
     assert attribute.draw_divisor == 4
     tables = check_forward_chain_law(per_bit, bits.reshape(-1), 2, divisor=4)
-    assert_power(tables, 2, {"extension ignores the stored head": 1 - 1e-9}, reject=("extension ignores the stored head",),
-                 divisor=4)
+    assert_power(tables, 2, {"extension ignores the stored head": 1 - 1e-9},
+                 reject=("extension ignores the stored head",), divisor=4)
 
 
 def open_inputs(attribute, values) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""``market.chainsets.at`` finds, in every chain at once, the first stored step at or above e
+"""``market.chains.sets.at`` finds, in every chain at once, the first stored step at or above e
 (docs/architecture.md#the-path-of-a-chain-extension): checked against a per-row ``bisect``, and at more rows
 than a composite ``row * 2**40 + epsilon`` key can hold in int64 (the bug the 10^7-value E3 run found: rows
 from 2**23 on were left out as missing their input)."""
@@ -7,19 +7,21 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from market import chainsets
+from market.chains import sets
 
 
-def chain_set(chains: list[list[int]]) -> chainsets.ChainSet:
+def chain_set(chains: list[list[int]]) -> sets.ChainSet:
     """Chains given in steps of 0.01 (10^4 micro-epsilons)."""
     lengths = np.array([len(c) for c in chains], dtype=np.int64)
     offsets = np.zeros(len(chains) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     eps = np.array([e for c in chains for e in c], dtype=np.int64) * 10_000
     out = (np.arange(eps.size, dtype=np.int64) % 3).reshape(-1, 1)
-    return chainsets.ChainSet(eps=eps, out=out, offsets=offsets)
+    return sets.ChainSet(eps=eps, out=out, offsets=offsets)
 
 
 @hsettings(max_examples=200, deadline=None)
@@ -29,7 +31,7 @@ def chain_set(chains: list[list[int]]) -> chainsets.ChainSet:
 def test_each_row_is_classified_as_a_bisect_of_its_own_chain_would(chains, e):
     cs = chain_set(chains)
     inputs = np.zeros((cs.n, 1), dtype=np.int64)
-    lookup, after = chainsets.at(cs, e * 10_000, 3, inputs, np.random.default_rng(1))
+    lookup, after = sets.at(cs, e * 10_000, 3, inputs, np.random.default_rng(1))
     for r, c in enumerate(chains):
         i = bisect.bisect_left(c, e)
         stored = i < len(c) and c[i] == e
@@ -49,8 +51,8 @@ def test_rows_beyond_two_to_the_23_find_their_stored_step():
     offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int64)
     eps = np.tile(np.array([100_000, 200_000], dtype=np.int64), n)
     out = np.tile(np.array([[0], [1]], dtype=np.int64), (n, 1))
-    cs = chainsets.ChainSet(eps=eps, out=out, offsets=offsets)
-    lookup, after = chainsets.at(cs, 200_000, 2)  # no inputs: a missed row would be reported as missing input
+    cs = sets.ChainSet(eps=eps, out=out, offsets=offsets)
+    lookup, after = sets.at(cs, 200_000, 2)  # no inputs: a missed row would be reported as missing input
     assert lookup.stored.all()
     assert not lookup.missing_input.any()
     assert (lookup.outputs[:, 0] == 1).all()

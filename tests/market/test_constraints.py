@@ -10,11 +10,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from market import chainstore, sealing
+from market.chains import store
 from market.models import Attribute, ChainBlock, ChainPoint, Value
-from market.services import values_create_many
-from tests.factories import (DatasetFactory, NumericAttributeFactory, StringAttributeFactory, contribute,
-                             stored_chains)
+from market.values import sealing
+from market.values.services import values_create_many
+from tests.factories import DatasetFactory, NumericAttributeFactory, StringAttributeFactory, contribute, stored_chains
 
 D = Decimal
 
@@ -137,7 +137,7 @@ def test_chain_block_index_unique_per_attribute(value, categorical):
 
 
 def _point(block: ChainBlock, epsilon: int) -> ChainPoint:
-    present = chainstore.bitmap(np.zeros(block.capacity, dtype=bool))
+    present = store.bitmap(np.zeros(block.capacity, dtype=bool))
     out = np.full((block.capacity, 1), -1)
     return ChainPoint(block=block, attribute_id=block.attribute_id, epsilon=epsilon, present=present,
                       sealed=sealing.seal_points(out, attribute_id=block.attribute_id, block_id=block.id,

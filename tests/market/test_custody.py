@@ -19,9 +19,9 @@ from accounts.models import BudgetAccount, LedgerEntry
 from accounts.roles import grant_role
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
+from market.chains.extension import chains_extend
 from market.models import Purchase, Value
-from market.pricing import DEFAULT_POLICY
-from market.services import chains_extend
+from market.purchases.pricing import DEFAULT_POLICY
 from mechanisms.relaxation import chain as draw_chain
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund, stored_chains
 from tests.market.api.conftest import assert_problem, buy
@@ -279,7 +279,7 @@ def test_the_audit_catches_a_value_whose_custody_was_changed(attribute, transact
 
 def held_market(attribute, n: int, device, seed: int = 0):
     """``n`` owner-held values (service path) whose device uploads ``device(values, epsilons, rng)`` up to 0.6."""
-    from market.services import value_upload_chain, values_create_many
+    from market.values.services import value_upload_chain, values_create_many
     from tests.factories import make_owners
 
     owners = make_owners(n, f"held-{uuid.uuid4().hex[:6]}")
@@ -321,8 +321,8 @@ def test_the_privacy_audit_flags_owner_held_chains_that_are_not_random(attribute
 
 
 def test_an_owner_held_value_has_no_raw_value_to_delete(attribute):
-    from market.services import value_delete_raw
     from ldpmarket.problems import BudgetError
+    from market.values.services import value_delete_raw
 
     user, client = owner_client()
     body = contribute_held(client, attribute)

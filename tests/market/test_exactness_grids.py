@@ -8,12 +8,16 @@ from decimal import Decimal
 
 import pytest
 
-from market import chains
+from market.chains import grow
 from market.management.commands.load_demo import EXPERIMENTS
 from market.models import Attribute
 from mechanisms.exactness import Level, chain_level
-from tests.factories import (BinaryAttributeFactory, CategoricalAttributeFactory, NumericAttributeFactory,
-                             StringAttributeFactory)
+from tests.factories import (
+    BinaryAttributeFactory,
+    CategoricalAttributeFactory,
+    NumericAttributeFactory,
+    StringAttributeFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -21,13 +25,13 @@ pytestmark = pytest.mark.django_db
 def release_level(attribute: Attribute, points: list[int]) -> Level:
     """Realised level of one release: the chain of each output at the epsilons the market draws them at,
     raised to the number of outputs two values can differ in."""
-    draws = [chains.draw_epsilon(p, attribute.draw_divisor) for p in points]
+    draws = [grow.draw_epsilon(p, attribute.draw_divisor) for p in points]
     bit = chain_level(draws, attribute.domain_size)
     return Level(bit.ratio ** attribute.draw_divisor)
 
 
 def grid_points(attribute: Attribute) -> list[int]:
-    g = chains.Grid.of(attribute)
+    g = grow.Grid.of(attribute)
     return list(range(g.start, g.stop + 1, g.step))
 
 
@@ -59,7 +63,7 @@ def test_every_release_along_every_grid_realises_at_most_its_epsilon():
 def test_a_string_release_drawn_at_the_full_epsilon_per_bit_would_realise_2h_times_it():
     attribute = StringAttributeFactory()  # num_hashes 2
     points = grid_points(attribute)[:5]
-    per_bit_at_full = chain_level([chains.draw_epsilon(p) for p in points], 2)
+    per_bit_at_full = chain_level([grow.draw_epsilon(p) for p in points], 2)
     charged = Decimal(points[-1]) / 1_000_000
     assert not Level(per_bit_at_full.ratio ** 4).at_most(charged)  # what the market did before
     assert Level(per_bit_at_full.ratio ** 4).at_least(4 * charged - Decimal("0.00001"))

@@ -1,4 +1,4 @@
-"""Chain extension (market.services.chains_extend, the extend_chains task): targets, batches, idempotency."""
+"""Chain extension (market.chains.extension.chains_extend, the extend_chains task): targets, batches, idempotency."""
 from __future__ import annotations
 
 import io
@@ -12,13 +12,22 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from accounts.models import BudgetAccount
-from market import chains, chainstore
+from market.chains import extension, store
+from market.chains import grow as chains
+from market.chains.extension import _extend_batch, chains_extend
 from market.models import Value
-from market.sealing import SealBroken
-from market.services import chains_extend, value_delete_raw
 from market.tasks import extend_chains
-from tests.factories import (CategoricalAttributeFactory, chain_head, chain_heads, chain_rows, contribute, replace_chain,
-                             stored_chains)
+from market.values.sealing import SealBroken
+from market.values.services import value_delete_raw
+from tests.factories import (
+    CategoricalAttributeFactory,
+    chain_head,
+    chain_heads,
+    chain_rows,
+    contribute,
+    replace_chain,
+    stored_chains,
+)
 
 D = Decimal
 
@@ -208,7 +217,7 @@ def test_chains_locked_by_another_transaction_are_not_silently_left_behind():
 
     def hold_lock():
         with transaction.atomic():
-            chainstore.lock(attribute.id)
+            store.lock(attribute.id)
             locked.set()
             time.sleep(1.0)
         released.set()
@@ -243,7 +252,7 @@ def test_celery_is_configured_for_redelivery_and_beat_advances_schedules(setting
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_extension_reads_each_batch_with_one_binary_copy_and_commits_per_batch(settings):
     """Each batch of whole blocks is its own transaction, and reads its values with one binary COPY
-    (``market.pgcopy.extension_rows``)."""
+    (``market.chains.pgcopy.extension_rows``)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -266,19 +275,19 @@ def _read_ahead_threads() -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_each_next_batch_is_read_ahead(settings, monkeypatch):
     """Called as the task calls it (no transaction around it), extension reads each batch's values in one
-    read-ahead thread while the batch before grows (``market.services._read_ahead``), the first batch a quarter of
-    the others; each batch gets exactly the rows it would have read itself.  Inside a transaction each batch reads
+    read-ahead thread while the batch before grows (``market.chains.extension._read_ahead``), the first batch a quarter
+    of the others; each batch gets exactly the rows it would have read itself.  Inside a transaction each batch reads
     its own."""
-    from market import pgcopy, services  # noqa: PLC0415 -- the read and the batches this test spies on
+    from market.chains import pgcopy
 
     settings.LDP_CHAIN_BLOCK = 8
     attribute = CategoricalAttributeFactory()
     set_ceilings(contribute(attribute, ["red", "green", "blue"] * 20, ceiling="0.2"), "0.6")  # 8 blocks
     readers, batches = [], []
-    real_read, real_batch = pgcopy.extension_rows, services._extend_batch
+    real_read, real_batch = pgcopy.extension_rows, _extend_batch
     monkeypatch.setattr(pgcopy, "extension_rows",
                         lambda *a, **k: readers.append(threading.current_thread().name) or real_read(*a, **k))
-    monkeypatch.setattr(services, "_extend_batch", lambda attribute, grid, block_ids, rng, value_ids=None, rows=None:
+    monkeypatch.setattr(extension, "_extend_batch", lambda attribute, grid, block_ids, rng, value_ids=None, rows=None:
                         batches.append((list(block_ids), rows)) or real_batch(attribute, grid, block_ids, rng,
                                                                               value_ids, rows=rows))
     assert chains_extend(attribute_id=attribute.id, batch_size=32) == 60  # 4 blocks a batch, the first 1

@@ -14,13 +14,13 @@ from decimal import Decimal
 import pytest
 from django.db.models import Sum
 
-from accounts import money
 from accounts.models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+from accounts.money import services
 from audit.budget_audit import audit_budgets
-from market import purchases
-from market.models import Purchase
-from tests.market.test_purchase_concurrency import market_setup, run_concurrently  # noqa: F401 (fixture)
 from ldpmarket import problems
+from market.models import Purchase
+from market.purchases import execution as purchases
+from tests.market.test_purchase_concurrency import market_setup, run_concurrently  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -46,10 +46,10 @@ def test_topups_payouts_and_purchases_at_once_keep_every_cent(market_setup):  # 
 
         def topper(buyer=buyer, k=k):
             for j in range(4):
-                money.money_topup(buyer=buyer, amount="0.05", reason=f"round {j}", by=staff,
+                services.money_topup(buyer=buyer, amount="0.05", reason=f"round {j}", by=staff,
                                   idempotency_key=f"t-{buyer.id}-{j}")
                 # a retry of the same top-up (as a client after a timeout) credits nothing more
-                money.money_topup(buyer=buyer, amount="0.05", reason=f"round {j}", by=staff,
+                services.money_topup(buyer=buyer, amount="0.05", reason=f"round {j}", by=staff,
                                   idempotency_key=f"t-{buyer.id}-{j}")
         jobs += [shopper, topper]
 
@@ -60,11 +60,11 @@ def test_topups_payouts_and_purchases_at_once_keep_every_cent(market_setup):  # 
             made = 0
             for _ in range(400):
                 try:
-                    p = money.payout_request(owner=owner, amount="0.01")
-                except money.PayoutRefused:
+                    p = services.payout_request(owner=owner, amount="0.01")
+                except services.PayoutRefused:
                     time.sleep(0.005)  # not earned yet
                     continue
-                decide = money.payout_settle if rnd.random() < 0.5 else money.payout_reject
+                decide = services.payout_settle if rnd.random() < 0.5 else services.payout_reject
                 decide(payout_id=p.id, by=staff)
                 made += 1
                 if made == 4:
@@ -98,7 +98,7 @@ def test_concurrent_retries_of_one_top_up_credit_once(market_setup):  # noqa: F8
     results = []
 
     def retry():
-        results.append(money.money_topup(buyer=buyer, amount="1.00", reason="same", by=None,
+        results.append(services.money_topup(buyer=buyer, amount="1.00", reason="same", by=None,
                                          idempotency_key="one-key").id)
 
     assert run_concurrently([retry] * 6) == []

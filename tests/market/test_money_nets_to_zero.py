@@ -1,4 +1,5 @@
-"""A completed purchase's money nets to zero, or PostgreSQL refuses the transaction at commit (docs/money.md#a-purchase-nets-to-zero).
+"""A completed purchase's money nets to zero, or PostgreSQL refuses the transaction at commit
+(docs/money.md#a-purchase-nets-to-zero).
 
 The trigger is deferred: it runs at commit, which a test's rolled-back transaction never reaches, so these
 tests make the pending checks run with ``SET CONSTRAINTS ALL IMMEDIATE``.
@@ -11,9 +12,9 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from accounts.models import MoneyAccount, MoneyEntry
-from market import purchases
 from market.models import Purchase
-from market.pricing import DEFAULT_POLICY
+from market.purchases import execution
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, contribute, fund
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -29,9 +30,9 @@ def _completed_purchase() -> Purchase:
     contribute(attribute, ["red", "green", "blue"] * 4, ceiling="2")
     buyer = BuyerFactory()
     fund(buyer, "100")
-    claimed, _ = purchases.purchase_claim(buyer=buyer, attribute=attribute, epsilon="1", cohort=None,
+    claimed, _ = execution.purchase_claim(buyer=buyer, attribute=attribute, epsilon="1", cohort=None,
                                           idempotency_key="nets-to-zero")
-    purchase = purchases.purchase_execute(purchase_id=claimed.id)
+    purchase = execution.purchase_execute(purchase_id=claimed.id)
     assert purchase.status == Purchase.Status.COMPLETED and purchase.price > 0
     return purchase
 

@@ -1,4 +1,5 @@
-"""One-shot mechanisms and surveys through the services (docs/budget-rules.md#budgets-and-ceilings, issue 7 items 2, 3, 5).
+"""One-shot mechanisms and surveys through the services (docs/budget-rules.md#budgets-and-ceilings,
+issue 7 items 2, 3, 5).
 
 Values without chains; raw values validated per kind; PUM tags sealed; the exact charged epsilon (rounded up);
 additive composition of one-shot releases, and their combination with chain losses against the ceiling;
@@ -15,28 +16,37 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from accounts import ledger
+from accounts.ledger import hashchain as ledger
 from accounts.models import BudgetAccount, LedgerEntry, LedgerEvent, LedgerRelease, MoneyAccount
-from accounts.money import earnings_settle
+from accounts.money.services import earnings_settle
 from accounts.services import BudgetError, budget_set_paused
 from audit.budget_audit import audit_budgets
-from market import purchases
-from market import domain, oneshot, releases, sealing
-from market.domain import InvalidValue
-from market.eligible import held_epsilons
-from market.selectors import open_chunk
-from market.models import Attribute, ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
-from market.pricing import PricePolicy
-from market.purchases import purchase_claim, purchase_execute
-from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
-from market.services import chains_extend, value_delete_raw, value_set_pum_tag, values_create_many
-from mechanisms import exactness_oneshot, registry, release_stats, rr3, surveys
-from tests.factories import (BinaryAttributeFactory, DatasetFactory, DistributionAttributeFactory,
-                             GraphAttributeFactory, OwnerFactory, TernaryAttributeFactory, UrapAttributeFactory,
-                             UrrAttributeFactory, make_owners)
-from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 from ldpmarket import problems
-from market import oneshot_specs
+from ldpmarket.problems import IdempotencyConflict, InsufficientCredit
+from market.chains.extension import chains_extend
+from market.models import Attribute, ChainBlock, ChainPoint, Purchase, PurchaseChunk, Value
+from market.purchases import execution, oneshot, oneshot_specs, releases
+from market.purchases.eligibility import held_epsilons
+from market.purchases.execution import purchase_claim, purchase_execute
+from market.purchases.pricing import PricePolicy
+from market.selectors import open_chunk
+from market.values import inputs as domain
+from market.values import sealing
+from market.values.inputs import InvalidValue
+from market.values.services import value_delete_raw, value_set_pum_tag, values_create_many
+from mechanisms import exactness_oneshot, registry, release_stats, rr3, surveys
+from tests.factories import (
+    BinaryAttributeFactory,
+    DatasetFactory,
+    DistributionAttributeFactory,
+    GraphAttributeFactory,
+    OwnerFactory,
+    TernaryAttributeFactory,
+    UrapAttributeFactory,
+    UrrAttributeFactory,
+    make_owners,
+)
+from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 
 pytestmark = pytest.mark.django_db
 
@@ -173,7 +183,7 @@ def test_misconfigured_attributes_take_no_values_and_are_explained(fields, messa
 # -------------------------------------------------------------------------------------------------------- PUM
 
 def test_pum_tags_are_sealed_owner_only_and_visible_to_the_owner_alone():
-    from portal.selectors import pum_tag
+    from market.values.owner_rows import pum_tag
 
     attribute = UrrAttributeFactory(price_policy=POLICY)
     v, w = values(attribute, ["c", "d"])
@@ -207,8 +217,9 @@ def test_pum_tags_are_sealed_owner_only_and_visible_to_the_owner_alone():
 
 @pytest.mark.parametrize("mechanism", ["urr", "urap"])
 def test_a_tagged_value_is_released_as_its_bot_never_as_itself(mechanism):
-    """PUM (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum): a tagged non-sensitive value is replaced by the bot, so its own label is never output --
-    an event of probability exactly 0, whatever the seed; untagged non-sensitive values are (almost) kept."""
+    """PUM (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum): a tagged non-sensitive value is replaced
+    by the bot, so its own label is never output -- an event of probability exactly 0, whatever the seed; untagged
+    non-sensitive values are (almost) kept."""
     factory = UrrAttributeFactory if mechanism == "urr" else UrapAttributeFactory
     attribute = factory(price_policy=POLICY)
     vs = values(attribute, ["c"] * 200 + ["d"] * 200, ceiling="30")
@@ -241,8 +252,9 @@ def _outputs(purchase):
                                                ("0.5", "0.25", None), ("3", "0.1", None), ("0.01", "5", None),
                                                ("15", "15", None), ("30", "29.5", None)])  # 30: the limit
 def test_rr3_ddagger_and_lpp_charge_their_exact_level_rounded_up(eps1, eps2, exact):
-    """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp: (1, 1) is
-    1.37988549..., so 1.379886; (1, 2) is 2.0, not the paper's 1.5662)."""
+    """Never eps1 + eps2; the level of the RR3‡ matrix itself, rounded up at 6 places
+    (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp: (1, 1) is 1.37988549..., so 1.379886; (1, 2) is 2.0,
+    not the paper's 1.5662)."""
     ternary, graph = TernaryAttributeFactory(), GraphAttributeFactory()
     a = oneshot_specs.parse_spec(ternary, family="rr3_ddagger", eps1=eps1, eps2=eps2)
     b = oneshot_specs.parse_spec(graph, eps1=eps1, eps2=eps2)
@@ -378,7 +390,7 @@ def test_a_buyer_short_of_credit_gets_nothing_and_is_charged_nothing():
     spec = oneshot_specs.parse_spec(attribute, epsilon="1")
     purchase, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None, idempotency_key="k")
     with pytest.raises(InsufficientCredit):
-        purchases.purchase_execute(purchase_id=purchase.id)
+        execution.purchase_execute(purchase_id=purchase.id)
     assert not LedgerEntry.objects.filter(kind="oneshot_release").exists()
     assert set(BudgetAccount.objects.values_list("oneshot_loss", flat=True)) == {D("0")}
     assert not PurchaseChunk.objects.exists() and Purchase.objects.get(id=purchase.id).status == "pending"
@@ -395,11 +407,12 @@ def test_claims_are_idempotent_and_a_completed_purchase_is_returned_as_it_is():
                                                  idempotency_key="same")
     assert created and not created_again and first.id == again.id
     with pytest.raises(IdempotencyConflict):
-        oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=oneshot_specs.parse_spec(attribute, eps1="1", eps2="2"),
+        oneshot.oneshot_claim(buyer=buyer, attribute=attribute,
+                              spec=oneshot_specs.parse_spec(attribute, eps1="1", eps2="2"),
                               cohort=None, idempotency_key="same")
-    done = purchases.purchase_execute(purchase_id=first.id, rng=np.random.default_rng(0))
+    done = execution.purchase_execute(purchase_id=first.id, rng=np.random.default_rng(0))
     entries = LedgerEntry.objects.count()
-    assert purchases.purchase_execute(purchase_id=first.id).completed_at == done.completed_at
+    assert execution.purchase_execute(purchase_id=first.id).completed_at == done.completed_at
     assert LedgerEntry.objects.count() == entries
     assert set(BudgetAccount.objects.values_list("oneshot_loss", flat=True)) == {D("1.379886")}
     with pytest.raises(IdempotencyConflict):  # a chain purchase's claim with the same key
@@ -579,7 +592,8 @@ def test_the_database_keeps_guarantees_on_releases_and_purchases_consistent():
         with transaction.atomic():
             LedgerRelease.objects.create(**good)
     assert connection.vendor in ("postgresql", "sqlite")
-    assert json.dumps(oneshot_specs.GUARANTEE_LABELS[oneshot_specs.G.PER_REPORT]) == '"per-report eps, non-collusion assumption"'
+    assert (json.dumps(oneshot_specs.GUARANTEE_LABELS[oneshot_specs.G.PER_REPORT])
+            == '"per-report eps, non-collusion assumption"')
     assert OwnerFactory().role == "owner"
 
 
@@ -632,7 +646,7 @@ def test_lpp_quotes_predict_per_item_errors_with_a_worst_case_above_every_popula
     """The typical standard errors are ``lpp_item_covariance`` at a population split evenly over the three
     states; the worst case bounds the exact covariance of every population on a grid of the simplex (and of
     any population with fractional weights: it drops the finite-population term, a covariance)."""
-    from market import oneshot_stats
+    from market.purchases import oneshot_stats
 
     attribute = GraphAttributeFactory()  # num_items items
     spec = oneshot_specs.parse_spec(attribute, eps1="1.5", eps2="0.8")

@@ -1,5 +1,5 @@
-"""Atomic charging of one-shot releases under concurrency (docs/budget-rules.md#budgets-and-ceilings, docs/quality-targets.md#reliability): real threads,
-real PostgreSQL connections.
+"""Atomic charging of one-shot releases under concurrency (docs/budget-rules.md#budgets-and-ceilings,
+docs/quality-targets.md#reliability): real threads, real PostgreSQL connections.
 
 Several buyers run one-shot purchases (uRR) at once over values whose ceilings admit only some of them, while
 others run chain purchases and surveys over one binary attribute (chain and one-shot losses on the same
@@ -10,21 +10,21 @@ the money adds up and the audit passes.
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from decimal import Decimal as D
 
 import pytest
 from django.db.models import Sum
 
-from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from audit.budget_audit import audit_budgets
-from market import oneshot, purchases, services
-from market.models import Attribute, Dataset, Purchase
-from market.pricing import DEFAULT_POLICY
-from tests.market.test_purchase_concurrency import run_concurrently
 from ldpmarket import problems
-from market import oneshot_specs
+from market.models import Attribute, Dataset, Purchase
+from market.purchases import execution as purchases
+from market.purchases import oneshot, oneshot_specs
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values import services
+from tests.ledger_checks import hash_chain_problems
+from tests.market.test_purchase_concurrency import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -54,7 +54,6 @@ def setup():
 
 def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspend(setup):
     urr, binary, buyers = setup
-    attempts = defaultdict(list)  # purchase id -> (attribute, epsilon charged)
 
     def oneshot_buyer(buyer, k):
         def job():
@@ -111,7 +110,7 @@ def test_concurrent_oneshot_purchases_surveys_and_chain_purchases_never_overspen
     # with ceilings 0.5/1.0/1.5/2.2 and 3 x (0.4+0.3+0.5+0.2) = 4.2 demanded, some but not all got in
     counts = [p.included for p in done.filter(attribute=urr)]
     assert min(counts) < 40 and max(counts) > 0
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
     assert MoneyAccount.objects.aggregate(s=Sum("balance"))["s"] == D("50") * len(buyers)
     for account in MoneyAccount.objects.all():
         assert MoneyEntry.objects.filter(account=account).aggregate(s=Sum("amount"))["s"] == account.balance

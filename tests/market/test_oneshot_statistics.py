@@ -17,16 +17,22 @@ import pytest
 from scipy import stats as sps
 
 from audit.budget_audit import audit_budgets
-from market import domain, sealing
 from market.models import Value
+from market.purchases import oneshot_specs
 from market.selectors import all_outputs
-from market.services import value_set_pum_tag
+from market.values import inputs, sealing
+from market.values.services import value_set_pum_tag
 from mechanisms import private_sampling, registry, rr3, surveys, uldp
-from tests.factories import (BinaryAttributeFactory, DistributionAttributeFactory, GraphAttributeFactory,
-                             TernaryAttributeFactory, UrapAttributeFactory, UrrAttributeFactory)
+from tests.factories import (
+    BinaryAttributeFactory,
+    DistributionAttributeFactory,
+    GraphAttributeFactory,
+    TernaryAttributeFactory,
+    UrapAttributeFactory,
+    UrrAttributeFactory,
+)
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 from tests.market.stats import chi_square, power, table
-from market import oneshot_specs
 
 pytestmark = pytest.mark.django_db
 ALPHA = 1e-3  # with a fixed seed the outcome is fixed; the level sets how far off a law must be to fail
@@ -41,7 +47,7 @@ def _released(purchase):
 def _inputs(attribute, ids):
     rows = list(Value.objects.filter(id__in=ids.tolist()).order_by("id").values_list("owner_id", "input_sealed"))
     payload = sealing.open_inputs([bytes(r[1]) for r in rows], [r[0] for r in rows], [attribute.id] * len(rows),
-                                  domain.payload_bytes(attribute))
+                                  inputs.payload_bytes(attribute))
     return payload
 
 
@@ -57,7 +63,7 @@ def test_urr_with_pum_outputs_follow_the_extended_matrix():
     purchase = run(funded_buyer(), attribute, epsilon="1", rng=np.random.default_rng(11))
     ids, out = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = registry._pum_inputs(attribute.shape, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = registry._pum_inputs(attribute.shape, inputs.oneshot_inputs(attribute, payload), inputs.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [160, 160, 100, 160, 160, 60, 0]
     Q = uldp.urr_matrix(7, z.sensitive, eps)
     counts = table(z.values, out[:, 0], 7, 7)
@@ -83,9 +89,10 @@ def test_urap_bits_follow_their_bernoulli_laws():
     purchase = run(funded_buyer(), attribute, epsilon="1.2", rng=np.random.default_rng(12))
     ids, bits = _released(purchase)
     payload = _inputs(attribute, ids)
-    z = registry._pum_inputs(attribute.shape, domain.oneshot_inputs(attribute, payload), domain.pum_tags_of(payload))
+    z = registry._pum_inputs(attribute.shape, inputs.oneshot_inputs(attribute, payload), inputs.pum_tags_of(payload))
     assert np.bincount(z.values, minlength=7).tolist() == [200, 200, 200, 160, 200, 0, 40]
-    h, e = math.exp(eps / 2), math.exp(eps)  # Def. 4 (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum), independently of the service's helpers
+    # Def. 4 (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum), independently of the service's helpers
+    h, e = math.exp(eps / 2), math.exp(eps)
     theta = h / (h + 1)
     d1, d2 = theta / ((1 - theta) * e + theta), ((1 - theta) * e + theta) / e
     S = set(z.sensitive.tolist())
@@ -114,9 +121,11 @@ def test_rr3_outputs_follow_the_matrix(request_):
     values(attribute, ["none"] * 500 + ["plus"] * 400 + ["minus"] * 300, ceiling="2")
     purchase = run(funded_buyer(), attribute, rng=np.random.default_rng(13), **request_)
     ids, out = _released(purchase)
-    x = domain.oneshot_inputs(attribute, _inputs(attribute, ids))
+    x = inputs.oneshot_inputs(attribute, _inputs(attribute, ids))
     keep = lambda e: math.exp(float(e)) / (math.exp(float(e)) + 1)  # noqa: E731
-    if "eps1" in request_:  # the law, from the spec (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp), independently of the service's own matrix
+    # the law, from the spec (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp), independently of the
+    # service's own matrix
+    if "eps1" in request_:
         P = rr3.rr3_ddagger(keep(request_["eps1"]), keep(request_["eps2"]))
     else:
         e = math.exp(float(request_["epsilon"]))
@@ -140,7 +149,7 @@ def test_private_samples_follow_p_times_the_optimal_kernel():
     values(attribute, [d for d in dists for _ in range(300)], ceiling="2")
     purchase = run(funded_buyer(), attribute, epsilon="1", rng=np.random.default_rng(14))
     ids, out = _released(purchase)
-    p = domain.oneshot_inputs(attribute, _inputs(attribute, ids))
+    p = inputs.oneshot_inputs(attribute, _inputs(attribute, ids))
     group = np.array([dists.index([round(v, 6) for v in row]) if [round(v, 6) for v in row] in dists else -1
                       for row in p.tolist()])
     assert (group >= 0).all()
@@ -159,7 +168,7 @@ def test_lpp_reports_follow_the_protocol():
     eps1, eps2 = 1.0, 0.7
     purchase = run(funded_buyer(), attribute, eps1="1", eps2="0.7", rng=np.random.default_rng(15))
     ids, out = _released(purchase)
-    w = domain.oneshot_inputs(attribute, _inputs(attribute, ids))
+    w = inputs.oneshot_inputs(attribute, _inputs(attribute, ids))
     configs = [np.array([1.0, -0.5, np.nan]), np.full(3, np.nan), np.full(3, 0.2)]
     group = np.array([next(k for k, c in enumerate(configs) if np.allclose(row, c, equal_nan=True, atol=1e-6))
                       for row in w])
@@ -202,7 +211,7 @@ def test_survey_estimates_are_unbiased_and_their_variance_is_the_closed_form(mec
         estimates.append(p.result["estimate"])
         reported.append(p.result["variance"])
     spec = oneshot_specs.parse_spec(attribute, mechanism=mechanism, epsilon="1", **extra)
-    from market.oneshot_stats import survey_variance
+    from market.purchases.oneshot_stats import survey_variance
 
     var = survey_variance(spec, N, pi)  # the closed form at the true proportion
     est = np.array(estimates)

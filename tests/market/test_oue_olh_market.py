@@ -2,7 +2,8 @@
 that are unbiased within their standard errors, the exact charge, the sampler's limit, and the audit afterwards.
 
 The mathematics (unbiasedness, variances, exact levels, agreement with pure-ldp) is tested in
-tests/mechanisms/test_oue_olh.py; here the mechanisms go through the market's one path (docs/mechanisms.md#the-mechanism-registry).
+tests/mechanisms/test_oue_olh.py; here the mechanisms go through the market's one path
+(docs/mechanisms.md#the-mechanism-registry).
 """
 from __future__ import annotations
 

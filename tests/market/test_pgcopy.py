@@ -1,5 +1,5 @@
-"""The PostgreSQL fast path of chain extension's read (``market.pgcopy.extension_rows``) against the generic
-ORM path (``market.services.extension_rows``).
+"""The PostgreSQL fast path of chain extension's read (``market.chains.pgcopy.extension_rows``) against the generic
+ORM path (``market.chains.extension.extension_rows``).
 
 Both paths read the same rows in the same (block, slot) order, and extension calls ``chains.grow`` alike on
 them, so with the same seeded generator they must store the same chains.  Run with ``DATABASE_URL`` pointing at
@@ -18,11 +18,21 @@ from django.db import connection, transaction
 
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
-from market import chains, chainstore, pgcopy, services
+from market.chains import grow as chains
+from market.chains import pgcopy
+from market.chains import store as chainstore
+from market.chains.extension import chains_extend, extension_rows
 from market.models import Attribute, ChainBlock, ChainPoint, Value
 from market.tasks import extend_chains
-from tests.factories import (CategoricalAttributeFactory, StringAttributeFactory, chain_heads, chain_rows,
-                             make_owners, stored_chains)
+from market.values import services
+from tests.factories import (
+    CategoricalAttributeFactory,
+    StringAttributeFactory,
+    chain_heads,
+    chain_rows,
+    make_owners,
+    stored_chains,
+)
 
 LABELS = ["a", "b", "c", "d", "e"]
 #: Ceilings giving 0 (equal to the head, or between grid points), 1, 2, 9, 19 and 31 new steps from 0.1.
@@ -102,7 +112,7 @@ def _block_ids(attribute: Attribute) -> list[int]:
 def _generic_rows(monkeypatch, attribute, block_ids, value_ids=None) -> dict:
     with monkeypatch.context() as m:
         m.setattr(pgcopy, "enabled", lambda: False)
-        return services.extension_rows(attribute, block_ids, value_ids)
+        return extension_rows(attribute, block_ids, value_ids)
 
 
 def _assert_same_rows(fast: dict, generic: dict) -> None:
@@ -197,12 +207,12 @@ def test_fast_and_generic_paths_store_identical_chains(kind, batch_size, fast_ca
     _raise(generic_values, CEILINGS)
     growing = sum(1 for c in ceilings if _expected_points(fast_attr, c).size > 1)
 
-    assert services.chains_extend(attribute_id=fast_attr.id, batch_size=batch_size,
+    assert chains_extend(attribute_id=fast_attr.id, batch_size=batch_size,
                                   rng=np.random.default_rng(99)) == growing
     assert len(fast_calls) == (10 if batch_size == 7 else 1), "the PostgreSQL fast path did not run per batch"
     calls = len(fast_calls)
     monkeypatch.setattr(pgcopy, "enabled", lambda: False)
-    assert services.chains_extend(attribute_id=generic_attr.id, batch_size=batch_size,
+    assert chains_extend(attribute_id=generic_attr.id, batch_size=batch_size,
                                   rng=np.random.default_rng(99)) == growing
     assert len(fast_calls) == calls, "the generic path went through pgcopy"
 
@@ -220,7 +230,7 @@ def test_rerun_is_a_noop_and_task_path(fast_calls):
     assert grown == sum(1 for c in ceilings if _expected_points(attribute, c).size > 1)
     before = _at_rest(attribute)
     assert extend_chains.apply(args=[attribute.id]).get() == 0
-    assert services.chains_extend(attribute_id=attribute.id, batch_size=4) == 0
+    assert chains_extend(attribute_id=attribute.id, batch_size=4) == 0
     assert _at_rest(attribute) == before  # nothing written: not even a row sealed again or a revision moved
     _check_decodes(attribute, ceilings)
     assert fast_calls
@@ -233,13 +243,13 @@ def test_mixed_step_counts_in_one_batch_and_restricted_ids(fast_calls):
     values = _values(attribute, 70)
     ceilings = _raise(values, CEILINGS)
     chosen = [v.id for v in values[::3]]
-    extended = services.chains_extend(attribute_id=attribute.id, value_ids=chosen, batch_size=10_000)
+    extended = chains_extend(attribute_id=attribute.id, value_ids=chosen, batch_size=10_000)
     assert extended == sum(1 for i in range(0, 70, 3) if _expected_points(attribute, ceilings[i]).size > 1)
     assert len(fast_calls) == 1
     for i, row in enumerate(_stored(attribute)):
         want = _expected_points(attribute, ceilings[i] if i % 3 == 0 else "0.1").size
         assert row[2] == want
-    services.chains_extend(attribute_id=attribute.id)
+    chains_extend(attribute_id=attribute.id)
     _check_decodes(attribute, ceilings)
 
 
@@ -253,12 +263,12 @@ def test_values_far_apart_read_only_their_blocks(fast_calls, settings):
     ceilings = _raise(values, ["3.2"] * 69 + ["0.35"])
     chosen = [values[0].id, values[40].id, values[69].id]
     blocks = _block_ids(attribute)
-    assert services.chains_extend(attribute_id=attribute.id, value_ids=chosen) == 3
+    assert chains_extend(attribute_id=attribute.id, value_ids=chosen) == 3
     assert fast_calls == [[blocks[0], blocks[5], blocks[8]]]
     lengths = {vid: row[2] for vid, row in chain_rows(attribute).items()}
     assert {vid: n for vid, n in lengths.items() if n > 1} == {values[0].id: 32, values[40].id: 32,
                                                                 values[69].id: 3}
-    services.chains_extend(attribute_id=attribute.id)
+    chains_extend(attribute_id=attribute.id)
     _check_decodes(attribute, ceilings)
 
 
@@ -271,7 +281,7 @@ def test_value_with_deleted_raw_is_skipped(fast_calls):
     assert Value.objects.get(id=values[5].id).input_sealed is None
     _raise(values, ["2"])
     before = chain_rows(attribute)[values[5].id]
-    assert services.chains_extend(attribute_id=attribute.id) == 11
+    assert chains_extend(attribute_id=attribute.id) == 11
     after = chain_rows(attribute)[values[5].id]
     assert after == before and after[2:] == (1, 100_000)
     heads = {vid: h for vid, (h, _) in chain_heads(Value.objects.filter(attribute=attribute)).items()}
@@ -302,14 +312,14 @@ def test_a_failing_batch_leaves_its_chains_untouched(monkeypatch, settings):
 
     monkeypatch.setattr(chainstore, "store", store_then_fail)
     with pytest.raises(RuntimeError, match="after writing"):
-        services.chains_extend(attribute_id=attribute.id, batch_size=8)
+        chains_extend(attribute_id=attribute.id, batch_size=8)
     after = chain_rows(attribute)
     first_batch = {v.id for v in values[:8]}
     assert {v: r for v, r in after.items() if v not in first_batch} == \
         {v: r for v, r in before.items() if v not in first_batch}
     assert any(after[v] != before[v] for v in first_batch)  # the first batch committed
     monkeypatch.setattr(chainstore, "store", original)
-    services.chains_extend(attribute_id=attribute.id, batch_size=8)
+    chains_extend(attribute_id=attribute.id, batch_size=8)
     _check_decodes(attribute, ceilings)
 
 
@@ -330,7 +340,7 @@ def test_the_chain_lock_held_elsewhere_is_waited_for_and_nothing_is_extended_twi
         try:
             with transaction.atomic():
                 if extend_elsewhere:  # a concurrent run extends this chain and commits later
-                    results["other"] = services.chains_extend(attribute_id=attribute.id,
+                    results["other"] = chains_extend(attribute_id=attribute.id,
                                                               value_ids=[extended_elsewhere])
                 chainstore.lock(attribute.id)
                 holding.set()
@@ -345,14 +355,14 @@ def test_the_chain_lock_held_elsewhere_is_waited_for_and_nothing_is_extended_twi
     thread.start()
     assert holding.wait(30)
     start = time.monotonic()
-    extended = services.chains_extend(attribute_id=attribute.id)
+    extended = chains_extend(attribute_id=attribute.id)
     waited = time.monotonic() - start
     thread.join(30)
     assert "error" not in results, results["error"]
     assert results.get("other") == (1 if extend_elsewhere else None)
     assert extended == (9 if extend_elsewhere else 10) and waited > 0.5
     _check_decodes(attribute, ceilings)  # every chain, the contested one too, is 0.1 .. 1.0 exactly once
-    assert services.chains_extend(attribute_id=attribute.id) == 0
+    assert chains_extend(attribute_id=attribute.id) == 0
 
 
 # --------------------------------------------------------------------------- the binary format, no database

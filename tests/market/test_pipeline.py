@@ -1,5 +1,5 @@
-"""The one purchase pipeline (``market.pipeline``, docs/architecture.md#the-path-of-a-purchase), called as the API
-calls it: replay, the quote guard, the claim, run or enqueue, and the status changes of ``purchase_run``; chain
+"""The one purchase pipeline (``market.purchases.pipeline``, docs/architecture.md#the-path-of-a-purchase), called as the
+API calls it: replay, the quote guard, the claim, run or enqueue, and the status changes of ``purchase_run``; chain
 purchases, one-shot purchases and surveys alike."""
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ from decimal import Decimal
 
 import pytest
 
-from ldpmarket.problems import (IdempotencyConflict, InsufficientCredit, NothingToSell, NotForSale, PriceChanged,
-                                PurchaseConflict)
-from market import pipeline, purchases
+from ldpmarket.problems import (
+    IdempotencyConflict,
+    InsufficientCredit,
+    NotForSale,
+    NothingToSell,
+    PriceChanged,
+    PurchaseConflict,
+)
 from market.models import Purchase
-from market.oneshot_specs import parse_spec
-from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory, UrrAttributeFactory,
-                             fund)
+from market.purchases import execution as purchases
+from market.purchases import pipeline
+from market.purchases.oneshot_specs import parse_spec
+from tests.factories import BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory, UrrAttributeFactory, fund
 from tests.market.api.conftest import LABELS, POLICY, contribute
 
 pytestmark = pytest.mark.django_db

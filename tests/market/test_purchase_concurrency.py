@@ -1,4 +1,5 @@
-"""Composition under concurrency (issue 4 item 3, docs/quality-targets.md#reliability): real threads, real PostgreSQL connections.
+"""Composition under concurrency (issue 4 item 3, docs/quality-targets.md#reliability): real threads, real PostgreSQL
+connections.
 
 Many purchases by several buyers run at once over the same values, whose
 ceilings admit only some epsilons.  Afterwards every invariant of spec
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections import defaultdict
 from decimal import Decimal
 
 import numpy as np
@@ -18,12 +18,14 @@ import pytest
 from django.db import connection, connections, transaction
 from django.db.models import Max, Sum
 
-from accounts import ledger
-from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
 from accounts.epsilon import to_micro
-from market import chainstore, purchases, services
+from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, User
+from market.chains import store as chainstore
 from market.models import Attribute, ChainBlock, ChainPoint, Dataset, Purchase, PurchaseChunk, Value
+from market.purchases import execution as purchases
+from market.values import services
 from tests.factories import chain_heads, stored_chains
+from tests.ledger_checks import hash_chain_problems
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -102,7 +104,7 @@ def test_concurrent_purchases_never_overspend(market_setup):
         assert b.chain_loss == max((Decimal(e) for e in EPSILONS if Decimal(e) <= b.ceiling), default=Decimal(0))
     for entry in LedgerEntry.objects.filter(kind="chain_release"):
         assert entry.epsilon <= entry.ceiling and entry.chain_loss_after <= entry.ceiling
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
     # Money: nothing created or lost; every balance is the sum of its entries; buyers paid their prices.
     assert MoneyAccount.objects.aggregate(s=Sum("balance"))["s"] == Decimal("10") * len(buyers)

@@ -33,16 +33,17 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Sum
 
-from accounts import ledger
 from accounts.epsilon import to_micro
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry, LedgerHead, MoneyAccount, MoneyEntry
-from market import quotes
-from market import chains, selectors
-from market.eligible import held_epsilons
+from market import selectors
+from market.chains import grow as chains
 from market.models import Purchase, PurchaseChunk, Value
-from market.pricing import DEFAULT_POLICY
-from market.purchases import CHUNK, purchase_claim
+from market.purchases import quotes
+from market.purchases.eligibility import held_epsilons
+from market.purchases.execution import CHUNK, purchase_claim
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute
+from tests.ledger_checks import hash_chain_problems
 from tests.workerproc import Broker, RowLock, wait_until
 
 pytestmark = [
@@ -216,7 +217,7 @@ def assert_completed_once(attribute, purchase, buyer, price: Decimal, before: di
             f"chain {vid}: head changed"
     heads = chain_heads(Value.objects.filter(attribute=attribute))  # the blocks' heads too; one point more each
     assert heads == {vid: (head, points + 1) for vid, (head, points) in before["heads"].items()}
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
 def completed_runs(*workers) -> list[str]:

@@ -21,14 +21,23 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from market import progress, selectors, sweeper
+from market import selectors, sweeper
+from market.chains.extension import chains_extend, extension_lock_key
 from market.models import Purchase, Value
-from market.pricing import DEFAULT_POLICY
-from market.purchases import purchase_claim
-from market.services import extension_lock_key
+from market.purchases import progress
+from market.purchases.execution import purchase_claim
+from market.purchases.pricing import DEFAULT_POLICY
 from market.tasks import run_purchase
-from tests.factories import (BuyerFactory, CategoricalAttributeFactory, chain_head, chain_heads, contribute, fund,
-                             replace_chain, stored_chains)
+from tests.factories import (
+    BuyerFactory,
+    CategoricalAttributeFactory,
+    chain_head,
+    chain_heads,
+    contribute,
+    fund,
+    replace_chain,
+    stored_chains,
+)
 from tests.workerproc import RowLock, wait_until
 
 LABELS = ["red", "green", "blue"]
@@ -156,12 +165,12 @@ def test_a_copy_of_a_purchase_another_worker_executes_returns_at_once():
     lock = RowLock(f"SELECT id FROM {Purchase._meta.db_table} WHERE id = %s FOR UPDATE", [purchase.id])
     threading.Timer(5.0, lock.release).start()
     t0 = time.perf_counter()
-    status = run_purchase.apply(args=[purchase.id]).get()  # the task's body, in this process
+    status = run_purchase.apply(args=[purchase.id]).result  # the task's body, in this process
     took = time.perf_counter() - t0
     lock.release()
     assert took < 2.0 and status == "pending", (took, status)
     assert Purchase.objects.get(id=purchase.id).attempts == 0
-    assert run_purchase.apply(args=[purchase.id]).get() == "completed"  # once nobody holds it, a copy runs it
+    assert run_purchase.apply(args=[purchase.id]).result == "completed"  # once nobody holds it, a copy runs it
 
 
 @pytest.mark.django_db
@@ -244,22 +253,22 @@ def test_an_attribute_being_extended_is_not_stranded(django_capture_on_commit_ca
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_an_extension_holds_its_lock_while_it_runs_and_releases_it():
-    from market import services
+    from market.chains import extension  # noqa: I001 (patched below)
 
     attribute, values, _ = market(6)
     BudgetAccount.objects.filter(value__attribute=attribute).update(ceiling=Decimal("3"))
     seen = []
-    real = services._extend_batch
+    real = extension._extend_batch
 
     def spy(*args, **kwargs):
         seen.append(sweeper.extensions_running())
         return real(*args, **kwargs)
 
-    services._extend_batch = spy
+    extension._extend_batch = spy
     try:
-        assert services.chains_extend(attribute_id=attribute.id) == 6
+        assert chains_extend(attribute_id=attribute.id) == 6
     finally:
-        services._extend_batch = real
+        extension._extend_batch = real
     assert seen and all(extension_lock_key(attribute.id)[1] in s for s in seen)
     assert extension_lock_key(attribute.id)[1] not in sweeper.extensions_running()
     with connection.cursor() as cur:  # no lock left in this session either

@@ -9,8 +9,8 @@ from django.core.management import call_command
 
 from audit import codes
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase
+from market.values import owner_rows as portal_selectors
 from mechanisms import registry
-from portal import selectors as portal_selectors
 
 
 def test_model_choices_are_the_records():

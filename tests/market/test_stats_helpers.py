@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from mechanisms import chain, rr_matrix
-from tests.market.stats import (ALPHA, chi_square, independent_pair_laws, pair_law, pair_law_by_enumeration,
-                                pair_laws, power, table)
+from tests.market.stats import (
+    ALPHA,
+    chi_square,
+    independent_pair_laws,
+    pair_law,
+    pair_law_by_enumeration,
+    pair_laws,
+    power,
+    table,
+)
 
 
 @pytest.mark.parametrize("m", [2, 3, 5])

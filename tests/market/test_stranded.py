@@ -25,15 +25,15 @@ from django.core.cache import cache
 from django.db import connection
 from django.db.models import Sum
 
-from accounts import ledger
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from market import quotes
 from market import selectors, tasks
-from market.eligible import held_epsilons
 from market.models import ChainBlock, Purchase, Value
-from market.pricing import DEFAULT_POLICY
-from market.purchases import purchase_claim
+from market.purchases import quotes
+from market.purchases.eligibility import held_epsilons
+from market.purchases.execution import purchase_claim
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_rows, contribute, fund
+from tests.ledger_checks import hash_chain_problems
 from tests.market.test_purchase_worker import ledger_lock, snapshot, wait_gone, wait_mid_purchase
 from tests.workerproc import Broker, RedisServer, RowLock, wait_until
 
@@ -118,7 +118,7 @@ def assert_charged_once(attribute, buyer, purchase, price: Decimal, before: dict
     assert (held_epsilons(buyer.id, attribute, ids) == int(EPSILON * 10**6)).sum() == n
     assert set(BudgetAccount.objects.filter(value__attribute=attribute).values_list("chain_loss", flat=True)) == {
         EPSILON}
-    assert ledger.verify_chain() == []
+    assert hash_chain_problems() == []
 
 
 def status(purchase) -> str:

@@ -9,12 +9,21 @@ import pytest
 
 from accounts.models import BudgetAccount, LedgerBlock, LedgerEntry
 from accounts.services import BudgetError, Schedule
-from market import domain, sealing
-from market.domain import InvalidValue
 from market.models import ChainBlock, ChainPoint, Value
-from market.services import value_create, values_create_many
-from tests.factories import (chain_head, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             NumericAttributeFactory, OwnerFactory, StringAttributeFactory, make_owners)
+from market.values import inputs as domain
+from market.values import sealing
+from market.values.inputs import InvalidValue
+from market.values.services import value_create, values_create_many
+from tests.factories import (
+    BinaryAttributeFactory,
+    BuyerFactory,
+    CategoricalAttributeFactory,
+    NumericAttributeFactory,
+    OwnerFactory,
+    StringAttributeFactory,
+    chain_head,
+    make_owners,
+)
 
 T0 = datetime(2035, 1, 1, tzinfo=timezone.utc)
 
@@ -39,7 +48,8 @@ def test_invalid_raw_values_are_refused_with_a_clear_message_and_nothing_is_writ
     valid = {"categorical": "red", "binary": "yes", "numeric": "50", "string": "ok"}[attribute.kind]
     with pytest.raises(InvalidValue, match=message):
         values_create_many(attribute=attribute, owners=owners, raws=[valid, raw], ceiling="1")
-    assert [M.objects.count() for M in (Value, BudgetAccount, ChainBlock, ChainPoint, LedgerEntry, LedgerBlock)] == counts
+    assert [M.objects.count()
+            for M in (Value, BudgetAccount, ChainBlock, ChainPoint, LedgerEntry, LedgerBlock)] == counts
 
 
 @pytest.mark.parametrize("raw,index", [("no", 0), ("yes", 1), ("YES", 1), ("0", 0), ("1", 1), (True, 1),

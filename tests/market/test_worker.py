@@ -27,12 +27,11 @@ from accounts.models import BudgetAccount, LedgerRelease, MoneyAccount, MoneyEnt
 from accounts.services import budget_set_ceiling
 from audit.budget_audit import audit_budgets
 from market import tasks
+from market.chains.extension import chains_extend
 from market.models import ChainBlock, ChainPoint, Purchase, Value
-from market.pricing import DEFAULT_POLICY, PricePolicy
-from market.purchases import purchase_claim
-from market.services import chains_extend
-from tests.factories import (BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute,
-                             fund)
+from market.purchases.execution import purchase_claim
+from market.purchases.pricing import DEFAULT_POLICY, PricePolicy
+from tests.factories import BuyerFactory, CategoricalAttributeFactory, chain_heads, chain_rows, contribute, fund
 from tests.market.stats import ALPHA, chi_square, pair_laws, table
 from tests.workerproc import Broker, wait_until
 

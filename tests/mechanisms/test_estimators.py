@@ -20,8 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms import flip_probability, keep_probability, perturb
-from mechanisms.estimators import (confidence_intervals, em_frequencies, frequencies, frequency_variance,
-                                   frequency_variance_fixed, mean, mean_variance, project_simplex)
+from mechanisms.estimators import (
+    confidence_intervals,
+    em_frequencies,
+    frequencies,
+    frequency_variance,
+    frequency_variance_fixed,
+    mean,
+    mean_variance,
+    project_simplex,
+)
 from mechanisms.numeric import discretize
 from mechanisms.random import U64_MAX
 

@@ -1,4 +1,5 @@
-"""Exact proofs of gradual release by enumerating every output sequence (docs/mechanisms-reference.md#gradual-release-of-randomized-response).
+"""Exact proofs of gradual release by enumerating every output sequence
+(docs/mechanisms-reference.md#gradual-release-of-randomized-response).
 
 For m = 2..5 and chains of up to four epsilons, the joint law of a chain is
 built as a tensor ``J[a][o_1, ..., o_L] = rr(eps_1)[a, o_1] prod_i T_i(a)[o_{i-1}, o_i]``
@@ -13,8 +14,7 @@ from decimal import Decimal, getcontext
 import numpy as np
 import pytest
 
-from mechanisms import (bridge_matrix, keep_probability, rr_matrix, step_matrix, step_probabilities,
-                        tighten_matrix)
+from mechanisms import bridge_matrix, keep_probability, rr_matrix, step_matrix, step_probabilities, tighten_matrix
 from mechanisms.relaxation import step_terms
 
 CHAINS = [
@@ -82,7 +82,8 @@ def test_step_matrices_are_stochastic_and_single_step_may_exceed_eps2(m):
             T = step_matrix(e1, e2, m, a)
             assert (T >= 0).all()
             np.testing.assert_allclose(T.sum(axis=1), 1.0, rtol=0, atol=1e-12)
-    # docs/mechanisms-reference.md#gradual-release-of-randomized-response (errata): for m = 2, eps 1 -> 2, the step alone has ratio e^3.
+    # docs/mechanisms-reference.md#gradual-release-of-randomized-response (errata): for m = 2, eps 1 -> 2, the step
+    # alone has ratio e^3.
     T0, T1 = step_matrix(1.0, 2.0, 2, 0), step_matrix(1.0, 2.0, 2, 1)
     assert (T0 / T1).max() == pytest.approx(math.exp(3.0), rel=1e-12)
 
@@ -113,7 +114,8 @@ def test_bridged_chain_has_the_forward_chains_law(m, epsilons, i, mid):
 
 
 @pytest.mark.parametrize("m", DOMAINS)
-@pytest.mark.parametrize("epsilons,lower", [((0.5, 1.0, 2.0), 0.2), ((0.1, 0.4), 0.0), ((1.0, 1.5, 2.0, 4.0), 1.0 - 1e-8)])
+@pytest.mark.parametrize("epsilons,lower", [((0.5, 1.0, 2.0), 0.2), ((0.1, 0.4), 0.0),
+                                            ((1.0, 1.5, 2.0, 4.0), 1.0 - 1e-8)])
 def test_tightened_chain_has_the_forward_chains_law(m, epsilons, lower):
     W = tighten_matrix(epsilons[0], lower, m)  # W[o_first, o_lower]
     for a in range(m):

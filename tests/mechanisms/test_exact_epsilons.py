@@ -15,13 +15,23 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mechanisms import audit, bridge, chain, perturb, relax, tighten
 from mechanisms._exact import exp_lower, ratio_at_most
 from mechanisms._validation import check_increasing
-from mechanisms.exactness import (SAMPLER_EPS_MAX, TOTAL, bridge_weights_exact, chain_level,
-                                  check_sampler_eps, krr_cells, krr_level, step_weights, tighten_weights_exact)
+from mechanisms.exactness import (
+    SAMPLER_EPS_MAX,
+    TOTAL,
+    bridge_weights_exact,
+    chain_level,
+    check_sampler_eps,
+    krr_cells,
+    krr_level,
+    step_weights,
+    tighten_weights_exact,
+)
 from mechanisms.rappor import gradual_release
 
 #: Distinct Decimals that are the same float.

@@ -8,11 +8,23 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mechanisms import bridge, relax, tighten
-from mechanisms.exactness import (SAMPLER_EPS_MAX, TOTAL, Level, Marginal, RowWeights, bridge_weights_exact,
-                                  chain_level, krr_cells, krr_level, step_weights, tighten_weights_exact)
+from mechanisms.exactness import (
+    SAMPLER_EPS_MAX,
+    TOTAL,
+    Level,
+    Marginal,
+    RowWeights,
+    bridge_weights_exact,
+    chain_level,
+    krr_cells,
+    krr_level,
+    step_weights,
+    tighten_weights_exact,
+)
 from mechanisms.relaxation import step_terms
 from mechanisms.rr import flip_probability
 
@@ -22,7 +34,8 @@ from mechanisms.rr import flip_probability
 DEMO_GRIDS = {
     "demo 0.1..2": [Decimal(i) / 10 for i in range(1, 21)],
     "default 0.1..10": [Decimal(i) / 10 for i in range(1, 101)],
-    "rappor eps_ns(1..10)": sorted({Decimal(f"{math.log((math.e * math.exp(0.5) ** k + 1) / (math.e + math.exp(0.5) ** k)):.6f}")
+    "rappor eps_ns(1..10)": sorted({Decimal(format(math.log((math.e * math.exp(0.5) ** k + 1)
+                                                            / (math.e + math.exp(0.5) ** k)), ".6f"))
                                     for k in range(1, 11)}),
     "0 to 30 step 1.5": [Decimal(3 * i) / 2 for i in range(0, 21)],
 }

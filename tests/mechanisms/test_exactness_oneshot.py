@@ -2,7 +2,7 @@
 "Exact sampling: one-shot mechanisms").
 
 * Grids: the realised level computed exactly from the integer cells each sampler uses
-  (``mechanisms.exactness_oneshot``) is at most the epsilon the market charges (``market.oneshot``: the
+  (``mechanisms.exactness_oneshot``) is at most the epsilon the market charges (``market.purchases.oneshot``: the
   requested epsilon, ``ceil6(lpp_level)`` for RR3‡ / LPP‡, ``ceil6(deck_level)`` for the improved
   Christofides deck), over domain sizes 2..16, epsilons 0.1..10 step 0.1 plus edge values, and the demo
   datasets' parameters -- and within 1e-9 of the design level, so the cells are not simply over-noised.
@@ -20,17 +20,16 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from market import oneshot_specs as market
 from ldpmarket.problems import TooFewRespondents
-from mechanisms import registry
-from mechanisms.rr3 import lpp_level as exact_lpp_level
 from market.management.commands.load_demo import _oneshot_demos
+from market.purchases import oneshot_specs as market
 from mechanisms import exactness_oneshot as X
 from mechanisms import private_sampling as ps
-from mechanisms import rr3, surveys, uldp
+from mechanisms import registry, rr3, surveys, uldp
 from mechanisms._exact import TWO_64, exp_lower, exp_upper, ln_upper, ratio_at_most
 from mechanisms._sampling import CellTable, draw_categorical, draw_iid, safe_cells
 from mechanisms.random import U64_MAX
+from mechanisms.rr3 import lpp_level as exact_lpp_level
 from tests.mechanisms.fixed_words import FixedWords
 from tests.mechanisms.test_sampling import SECURE_ALPHA, SEEDED_ALPHA, chi_square_table_p
 
@@ -154,7 +153,7 @@ RR3_GRID = [D(i) / 10 for i in range(1, 31)] + [D("0.000001"), D("5"), D("10"), 
 
 
 def test_rr3_ddagger_and_lpp_realised_level_is_at_most_the_charged_exact_level():
-    """Charged: ``ceil6(rr3.lpp_level(eps1, eps2))`` as ``market.oneshot_specs`` computes it (the registry's
+    """Charged: ``ceil6(rr3.lpp_level(eps1, eps2))`` as ``market.purchases.oneshot_specs`` computes it (the registry's
     two-epsilon level); e.g. (1, 2) charges exactly
     2.000000 = eps2, which the cells must stay below although ``X/Y = e^eps2`` is tight in the ideal matrix."""
     for e1 in RR3_GRID:
@@ -227,7 +226,8 @@ def test_improved_christofides_deck_dealt_is_at_most_its_charge_and_the_target()
 
 
 def test_the_market_draws_what_it_charges():
-    """The market's draw parameters (the registry's RR3 cells, ``market.oneshot_specs``' survey devices) (RR3 cells, survey devices) are the exact cells, at most the charge."""
+    """The market's draw parameters (the registry's RR3 cells, ``market.purchases.oneshot_specs``' survey devices)
+    (RR3 cells, survey devices) are the exact cells, at most the charge."""
     for eps in (D("0.1"), D("1.000000"), D("2.5"), D("10")):
         spec = market.Spec(market.M.RR3, eps, eps, {"family": "ewrr3"})
         check(X.ldp_level(registry.rr3_cells(spec.charged, spec.parameters).cells()), spec.charged, design=eps)
@@ -519,7 +519,8 @@ def test_survey_devices_decide_at_their_exact_cells():
 def test_safe_cells_round_small_cells_up_and_keep_zeros():
     tiny = 2.0 ** -70
     cells = safe_cells([tiny, 0.0, 0.25 + 2.0 ** -50, 0.75 - 2.0 ** -50])
-    assert cells == [1, 0, (1 << 62) + (1 << 14), (3 << 62) - (1 << 14) - 1]   # small cells up, the largest takes the rest
+    # small cells up, the largest takes the rest
+    assert cells == [1, 0, (1 << 62) + (1 << 14), (3 << 62) - (1 << 14) - 1]
     # the old rule floored the tiny cell to 0: the category could never be drawn
     assert _old_cdf_rows([tiny, 0.0, 0.25, 0.75])[0][0] == 0
     got = draw_categorical(FixedWords([0, 1]), np.tile([tiny, 0.0, 0.25 + 2.0 ** -50, 0.75 - 2.0 ** -50], (2, 1)))

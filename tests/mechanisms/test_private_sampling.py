@@ -1,4 +1,5 @@
-"""Locally private sampling with a public prior (docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
+"""Locally private sampling with a public prior
+(docs/mechanisms-reference.md#private-sampling-with-a-public-prior, seed 002).
 
 Exact checks: the hand-worked kernel and risks, the closed form against the paper's recursive
 Algorithm 1, the kernel properties (row-stochastic, ``q @ K = q``, exact LDP level by enumeration of
@@ -18,14 +19,24 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from mechanisms import private_sampling as ps
-from mechanisms.private_sampling import (f_divergence, kernel_epsilon, kl, minimax_risk, mollifier_kl,
-                                         mollifier_tv, optimal_kernel, output_distribution,
-                                         randomized_response_kernel, sample, tv, worst_case_divergence)
 from mechanisms._sampling import draw_categorical, draw_iid
+from mechanisms.private_sampling import (
+    f_divergence,
+    kernel_epsilon,
+    kl,
+    minimax_risk,
+    mollifier_kl,
+    mollifier_tv,
+    optimal_kernel,
+    output_distribution,
+    randomized_response_kernel,
+    sample,
+    tv,
+    worst_case_divergence,
+)
 from mechanisms.random import U64_MAX
-from tests.mechanisms.test_sampling import chi_square_table_p
 from tests.mechanisms.fixed_words import FixedWords
+from tests.mechanisms.test_sampling import chi_square_table_p
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7

@@ -1,4 +1,5 @@
-"""Three-element randomized response and the LPP‡ graph protocol (docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp).
+"""Three-element randomized response and the LPP‡ graph protocol
+(docs/mechanisms-reference.md#rr3-and-the-graph-protocol-lpp).
 
 The paper has no experiments: everything is checked against closed forms, exact enumeration and
 Monte Carlo with fixed seeds (4 standard errors; chi-square p-values above 1e-4 seeded, 1e-7 through
@@ -16,8 +17,8 @@ import scipy.sparse as sp
 
 from mechanisms import rr3, rr_matrix
 from mechanisms.random import U64_MAX
-from tests.mechanisms.test_sampling import SECURE_ALPHA, SEEDED_ALPHA, chi_square_p
 from tests.mechanisms.fixed_words import FixedWords
+from tests.mechanisms.test_sampling import SECURE_ALPHA, SEEDED_ALPHA, chi_square_p
 
 Z = 4.0
 

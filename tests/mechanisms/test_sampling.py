@@ -18,13 +18,22 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms import (bridge, bridge_matrix, chain, perturb, relax, rr_matrix, step_matrix, tighten,
-                        tighten_matrix)
-from mechanisms import _sampling
+from mechanisms import (
+    _sampling,
+    bridge,
+    bridge_matrix,
+    chain,
+    perturb,
+    relax,
+    rr_matrix,
+    step_matrix,
+    tighten,
+    tighten_matrix,
+)
 from mechanisms.exactness import RowWeights, krr_cells
-from mechanisms.random import SecureRandom, U64_MAX, uniform_below, words
-from tests.mechanisms.test_exact import joint_law
+from mechanisms.random import U64_MAX, SecureRandom, uniform_below, words
 from tests.mechanisms.fixed_words import FixedWords
+from tests.mechanisms.test_exact import joint_law
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7

@@ -1,4 +1,5 @@
-"""Survey mechanisms: Warner, Simmons, Christofides, improved Christofides (docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, seed 004).
+"""Survey mechanisms: Warner, Simmons, Christofides, improved Christofides
+(docs/mechanisms-reference.md#surveys-warner-simmons-christofides-improved-christofides, seed 004).
 
 * Privacy: each ``*_epsilon`` against the exact LDP level of its matrix, found by enumerating every
   pair of inputs and every output; each matrix against the device it describes; each sampler against
@@ -21,18 +22,39 @@ import numpy as np
 import pytest
 
 from mechanisms import surveys as sv
-from mechanisms.surveys import (KIND_PER_REPORT, LABEL_PER_REPORT, christofides_epsilon,
-                                christofides_estimate, christofides_matrix, christofides_optimal_probs,
-                                christofides_perturb, christofides_variance, ic_advantage_interval,
-                                ic_deck_counts, improved_christofides_deal, improved_christofides_epsilon,
-                                improved_christofides_estimate, improved_christofides_guarantee,
-                                improved_christofides_variance, min_sample_size, simmons_epsilon,
-                                simmons_estimate, simmons_matrix, simmons_perturb, simmons_probability,
-                                simmons_variance, warner_epsilon, warner_estimate, warner_matrix,
-                                warner_perturb, warner_probability, warner_variance)
 from mechanisms.random import U64_MAX
-from tests.mechanisms.test_sampling import chi_square_table_p
+from mechanisms.surveys import (
+    KIND_PER_REPORT,
+    LABEL_PER_REPORT,
+    christofides_epsilon,
+    christofides_estimate,
+    christofides_matrix,
+    christofides_optimal_probs,
+    christofides_perturb,
+    christofides_variance,
+    ic_advantage_interval,
+    ic_deck_counts,
+    improved_christofides_deal,
+    improved_christofides_epsilon,
+    improved_christofides_estimate,
+    improved_christofides_guarantee,
+    improved_christofides_variance,
+    min_sample_size,
+    simmons_epsilon,
+    simmons_estimate,
+    simmons_matrix,
+    simmons_perturb,
+    simmons_probability,
+    simmons_variance,
+    warner_epsilon,
+    warner_estimate,
+    warner_matrix,
+    warner_perturb,
+    warner_probability,
+    warner_variance,
+)
 from tests.mechanisms.fixed_words import FixedWords
+from tests.mechanisms.test_sampling import chi_square_table_p
 
 SEEDED_ALPHA = 1e-4
 SECURE_ALPHA = 1e-7

@@ -1,4 +1,5 @@
-"""Utility-optimized LDP: uRR, uRAP, PUM, post-processing (docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum).
+"""Utility-optimized LDP: uRR, uRAP, PUM, post-processing
+(docs/mechanisms-reference.md#utility-optimized-ldp-urr-urap-pum).
 
 Exact checks build every mechanism matrix from the paper's definitions (independently of the code
 under test: Def. 3 and Def. 4 with the paper's own, non-stable formulas) and enumerate it.  Monte

@@ -6,10 +6,10 @@ import uuid
 import numpy as np
 import pytest
 
-from market.pricing import DEFAULT_POLICY
+from market.purchases import execution as purchases
+from market.purchases import oneshot_specs
+from market.purchases.pricing import DEFAULT_POLICY
 from tests.factories import PASSWORD, BuyerFactory, CategoricalAttributeFactory, OwnerFactory, fund
-from market import purchases
-from market import oneshot_specs
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def _isolated_cache(settings):
 
 
 def contribute_one(owner, attribute, raw, *, seed=0, **policy):
-    from market.services import values_create_many
+    from market.values.services import values_create_many
 
     policy = policy or {"ceiling": "2"}
     return values_create_many(attribute=attribute, owners=[owner], raws=[raw], rng=np.random.default_rng(seed),
@@ -31,7 +31,7 @@ def contribute_one(owner, attribute, raw, *, seed=0, **policy):
 
 def purchase(buyer, attribute, epsilon, *, seed=0):
     """A completed purchase through the purchase services (what POST /api/v1/purchases/ runs)."""
-    from market.purchases import purchase_claim, purchase_execute
+    from market.purchases.execution import purchase_claim, purchase_execute
 
     p, _ = purchase_claim(buyer=buyer, attribute=attribute, epsilon=epsilon, cohort=None,
                           idempotency_key=uuid.uuid4().hex)
@@ -84,12 +84,12 @@ def owner_client(client, owner):
 
 
 def oneshot_purchase(buyer, attribute, *, seed=0, **request):
-    """A completed one-shot purchase or survey through the services the API runs (``market.oneshot``).
+    """A completed one-shot purchase or survey through the services the API runs (``market.purchases.oneshot``).
 
     ``request``: the API's body fields (``epsilon``, ``mechanism`` for a survey, ``family``, ``eps1``, ``eps2``,
     ``p2``, ...).
     """
-    from market import oneshot
+    from market.purchases import oneshot
 
     spec = oneshot_specs.parse_spec(attribute, **request)
     p, _ = oneshot.oneshot_claim(buyer=buyer, attribute=attribute, spec=spec, cohort=None,

@@ -1,4 +1,5 @@
-"""Who may use the owner portal: sign-up, sign-in (with the sign-in lockout), sign-out, CSRF, roles, and owner isolation."""
+"""Who may use the owner portal: sign-up, sign-in (with the sign-in lockout), sign-out, CSRF, roles, and owner
+isolation."""
 from __future__ import annotations
 
 import json

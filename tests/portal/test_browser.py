@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from ldpmarket.money import format_money
+from accounts.money.format import format_money
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test are still synchronous.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -96,7 +96,7 @@ def api(base: str, path: str, body: dict, headers: dict | None = None) -> tuple[
 def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_page, transactional_db):
     from accounts.models import MoneyAccount, MoneyEntry, User
     from market.models import Value
-    from market.pricing import DEFAULT_POLICY
+    from market.purchases.pricing import DEFAULT_POLICY
     from tests.factories import BuyerFactory, CategoricalAttributeFactory, DatasetFactory
     from tests.portal.conftest import fund
 
@@ -165,7 +165,8 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     shot(page, "08-value-scheduled")
 
     # 4. A buyer purchases through the REST API (real HTTP against the live server).
-    status, body = api(base, "/api/v1/auth/token/", {"username": "api-buyer", "password": "correct horse battery staple"})
+    status, body = api(base, "/api/v1/auth/token/",
+                       {"username": "api-buyer", "password": "correct horse battery staple"})
     assert status == 200, body
     status, body = api(base, "/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "0.8"},
                        {"Authorization": f"Token {body['token']}", "Idempotency-Key": uuid.uuid4().hex})
@@ -241,7 +242,7 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
 
     # 9. One-shot mechanisms: contribute a distribution (refused first: it must add up to 1), contribute a uRR
     #    value and tag it as personally sensitive, then see a one-shot sale with its guarantee.
-    from portal.selectors import pum_tag
+    from market.values.owner_rows import pum_tag
     from tests.portal.conftest import oneshot_attribute
 
     oneshot_attribute("distribution", dataset=dataset)
@@ -275,7 +276,8 @@ def test_an_owner_signs_up_contributes_and_manages_a_value(live_server, browser_
     assert b"residence" not in bytes(Value.objects.get(id=place_value.id).input_sealed)
     shot(page, "18-value-urr-tagged")
 
-    status, body = api(base, "/api/v1/auth/token/", {"username": "api-buyer", "password": "correct horse battery staple"})
+    status, body = api(base, "/api/v1/auth/token/",
+                       {"username": "api-buyer", "password": "correct horse battery staple"})
     assert status == 200, body
     status, body = api(base, "/api/v1/purchases/", {"attribute": place.id, "epsilon": "0.5"},
                        {"Authorization": f"Token {body['token']}", "Idempotency-Key": uuid.uuid4().hex})
@@ -333,12 +335,17 @@ def test_portal_and_admin_pages_fit_1280_px_under_the_policy(live_server, browse
     (checked by the ``browser_page`` fixture)."""
     from accounts.models import User
     from accounts.roles import grant_role
-    from market.pricing import DEFAULT_POLICY
-    from market.services import value_delete_raw
-    from tests.factories import (BuyerFactory, CategoricalAttributeFactory, DatasetFactory, OwnerFactory,
-                                 StaffFactory)
+    from market.purchases.pricing import DEFAULT_POLICY
+    from market.values.services import value_delete_raw
     from tests.factories import PASSWORD as STAFF_PASSWORD
-    from tests.factories import fund
+    from tests.factories import (
+        BuyerFactory,
+        CategoricalAttributeFactory,
+        DatasetFactory,
+        OwnerFactory,
+        StaffFactory,
+        fund,
+    )
     from tests.portal.conftest import contribute_one, oneshot_attribute, oneshot_purchase, purchase
 
     page, base = browser_page, live_server.url

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 
 from accounts.models import LedgerEntry
+from market.values.owner_rows import Event
 from portal import charts
-from portal.selectors import Event
 
 UTC = timezone.utc
 T0 = datetime(2031, 3, 1, tzinfo=UTC)

@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 
 from market.models import Value
-from market.pricing import DEFAULT_POLICY
-from market.services import value_upload_chain, values_create_many
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values.services import value_upload_chain, values_create_many
 from tests.factories import CategoricalAttributeFactory
 from tests.portal.conftest import purchase
 

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.portal.test_browser import CHROMIUM, browser_page, sync_playwright  # noqa: F401 (the fixture)
+from tests.portal import test_browser
+from tests.portal.test_browser import CHROMIUM, sync_playwright
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+browser_page = test_browser.browser_page  # the fixture: a real Chromium page, CSP violations fail
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "money"
 PASSWORD = "a long and unusual passphrase 42"
 
 pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="Playwright for Python is not installed (pip install playwright)"),
+    pytest.mark.skipif(sync_playwright is None,
+                       reason="Playwright for Python is not installed (pip install playwright)"),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
 ]
 

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from accounts import money
 from accounts.models import MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
+from accounts.money import services as money
 from accounts.roles import grant_role
 from tests.factories import BuyerFactory, CategoricalAttributeFactory, OwnerFactory
 

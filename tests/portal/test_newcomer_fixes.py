@@ -12,9 +12,9 @@ import time_machine
 from django.utils import timezone
 
 from accounts.models import LedgerEntry
-from ldpmarket.money import format_money
+from accounts.money.format import format_money
+from market.values.owner_rows import Event
 from portal import charts
-from portal.selectors import Event
 from tests.portal.conftest import contribute_one, oneshot_attribute, oneshot_purchase, purchase
 from tests.portal.test_oneshot import text
 
@@ -55,7 +55,7 @@ def test_the_ceiling_stays_visible_where_the_loss_reaches_it():
 
 
 def test_a_one_shot_value_without_its_raw_value_is_not_for_sale_and_offers_no_actions(owner_client, owner):
-    from market.services import value_delete_raw
+    from market.values.services import value_delete_raw
 
     value = contribute_one(owner, oneshot_attribute("urr"), "office", ceiling="2")
     value_delete_raw(value_id=value.id)
@@ -70,7 +70,7 @@ def test_a_one_shot_value_without_its_raw_value_is_not_for_sale_and_offers_no_ac
 
 
 def test_a_chain_value_without_its_raw_value_keeps_its_actions(owner_client, value):
-    from market.services import value_delete_raw
+    from market.values.services import value_delete_raw
 
     value_delete_raw(value_id=value.id)
     page = text(owner_client.get(f"/portal/values/{value.id}/"))
@@ -197,7 +197,7 @@ def test_owner_pages_explain_mechanisms_in_plain_words(owner_client, owner, buye
 
 def test_the_budget_actions_of_a_value_no_longer_sold_change_nothing(owner_client, owner):
     from accounts.models import BudgetAccount
-    from market.services import value_delete_raw
+    from market.values.services import value_delete_raw
 
     value = contribute_one(owner, oneshot_attribute("urr"), "office", ceiling="2")
     value_delete_raw(value_id=value.id)

@@ -17,11 +17,11 @@ from django.db import connection
 from django.test import Client
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from accounts.money import earnings_settle
+from accounts.money.services import earnings_settle
 from market.models import ChainBlock, ChainPoint, Purchase, Value
-from market.pricing import DEFAULT_POLICY
+from market.purchases.pricing import DEFAULT_POLICY
+from market.values.owner_rows import open_raw, pum_tag
 from portal.forms import FIELDS_UP_TO, ContributeForm
-from portal.selectors import open_raw, pum_tag
 from tests.factories import BinaryAttributeFactory, make_owners
 from tests.portal.conftest import contribute_one, oneshot_attribute, oneshot_purchase, purchase
 from tests.portal.test_accessibility import assert_accessible, parse
@@ -197,7 +197,8 @@ def test_the_contribute_page_explains_the_mechanism_and_what_each_release_costs(
     assert "only the highest ε counts" in chain and "only the aggregate estimate is sold" in chain
     assert "(non-collusion)" in chain
     choose = text(owner_client.get("/portal/contribute/"))
-    assert "Sold by: Randomized answer that always protects sensitive answers (uRR) — one-shot, every sale adds its ε" in choose
+    assert ("Sold by: Randomized answer that always protects sensitive answers (uRR) — one-shot, every sale adds its ε"
+            in choose)
 
 
 def test_a_refused_contribution_explains_the_error_next_to_the_field(owner_client, owner):
@@ -334,7 +335,7 @@ def survey_population(owner, buyer):
     owners' earnings of each settled after it (as the task enqueued on each purchase's commit does)."""
     attribute = BinaryAttributeFactory(name="smoker", labels=["no", "yes"], price_policy=DEFAULT_POLICY)
     mine = contribute_one(owner, attribute, "yes", ceiling="3")
-    from market.services import values_create_many
+    from market.values.services import values_create_many
 
     values_create_many(attribute=attribute, owners=make_owners(29, "respondent"), raws=["no", "yes"] * 14 + ["no"],
                        ceiling="3")
@@ -380,12 +381,14 @@ def test_chain_and_one_shot_losses_are_shown_separately_against_the_ceiling(owne
     html, page = response.content.decode(), text(response)
     oneshot = f"{b.oneshot_loss.normalize():f}"
     assert re.search(rf'<meter id="chain-loss-{mine.id}" class="part chain" min="0" max="3" value="0.5"', html)
-    assert re.search(rf'<meter id="oneshot-loss-{mine.id}" class="part oneshot" min="0" max="3" value="{oneshot}"', html)
-    assert f"ε 0.5 (16%): only the highest ε sold from the chain counts" in page
+    assert re.search(rf'<meter id="oneshot-loss-{mine.id}" class="part oneshot" min="0" max="3" value="{oneshot}"',
+                     html)
+    assert "ε 0.5 (16%): only the highest ε sold from the chain counts" in page
     assert f"ε {oneshot} ({int(b.oneshot_loss * 100 / 3)}%): the sum of every one-shot release and survey" in page
     assert '<rect class="seg chain" width="16" height="1"/>' in html  # an SVG bar: no inline style (CSP)
-    assert f'<path class="chain-loss"' in html  # the chart draws the chain part under the total
-    assert f"privacy spent ε {(b.chain_loss + b.oneshot_loss).normalize():f} (chain ε 0.5, one-shot ε {oneshot})" in html
+    assert '<path class="chain-loss"' in html  # the chart draws the chain part under the total
+    assert (f"privacy spent ε {(b.chain_loss + b.oneshot_loss).normalize():f} (chain ε 0.5, one-shot ε {oneshot})"
+            in html)
     history = text(owner_client.get(f"/portal/values/{mine.id}/"))
     assert f"One-shot release at ε {oneshot}" in history and "Chain release at ε 0.5" in history
     assert_accessible(response, "value page with both losses")
@@ -406,11 +409,14 @@ def test_a_chain_only_value_keeps_the_single_loss_bar(owner_client, value, buyer
     ("ternary", "daily", {"eps1": "1", "eps2": "1"},
      "Randomized choice among three answers (RR3), with two levels set by the buyer: ε 1 and ε 1",
      "your value protected at ε 1.379886; one-shot"),
-    ("ternary", "never", {"epsilon": "0.4"}, "Randomized choice among three answers (RR3), the two other answers equally likely",
+    ("ternary", "never", {"epsilon": "0.4"},
+     "Randomized choice among three answers (RR3), the two other answers equally likely",
      "your value protected at ε 0.4"),
-    ("graph", {"Alpha": 0.5}, {"eps1": "1", "eps2": "2"}, "Randomized report about one of your links (LPP), with two levels set by the buyer: ε 1 and ε 2",
+    ("graph", {"Alpha": 0.5}, {"eps1": "1", "eps2": "2"},
+     "Randomized report about one of your links (LPP), with two levels set by the buyer: ε 1 and ε 2",
      "your value protected at ε 2; one-shot, adds ε 2"),
-    ("distribution", {"walk": 1.0}, {"epsilon": "0.7"}, "Private sample of your distribution", "your value protected at ε 0.7"),
+    ("distribution", {"walk": 1.0}, {"epsilon": "0.7"}, "Private sample of your distribution",
+     "your value protected at ε 0.7"),
 ])
 def test_every_one_shot_release_is_listed_with_mechanism_charged_epsilon_and_guarantee(
         owner_client, owner, buyer, kind, raw, request_body, mechanism_words, guarantee):

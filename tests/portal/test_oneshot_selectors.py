@@ -1,5 +1,5 @@
-"""``portal.selectors.oneshot_releases`` and ``pum_tag``: what an owner is shown of the one-shot releases and surveys
-of their values (mechanism, charged epsilon, guarantee label -- improved Christofides with its distinct one --,
+"""``market.values.owner_rows.oneshot_releases`` and ``pum_tag``: what an owner is shown of the one-shot releases and
+surveys of their values (mechanism, charged epsilon, guarantee label -- improved Christofides with its distinct one --,
 buyer organisation, date, earnings), and only theirs."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from django.http import Http404
 
-from market.services import value_set_pum_tag
-from portal import selectors
+from market.values import owner_rows
+from market.values.services import value_set_pum_tag
 from tests.factories import BinaryAttributeFactory, BuyerFactory, GraphAttributeFactory, OwnerFactory
 from tests.market.oneshot_helpers import POLICY, funded_buyer, run, values
 from tests.portal.conftest import contribute_one
@@ -30,7 +30,7 @@ def test_an_owner_sees_each_oneshot_release_with_its_guarantee(owner, other_owne
     lpp = run(lab, graph, eps1="1", eps2="1", rng=rng)
     warner = run(lab, binary, mechanism="warner", epsilon="0.5", rng=rng)
     ic = run(lab, binary, mechanism="improved_christofides", epsilon="1", p2="0.1", rng=rng)
-    rows = selectors.oneshot_releases(owner)
+    rows = owner_rows.oneshot_releases(owner)
     assert [r.purchase_id for r in rows] == [ic.id, warner.id, lpp.id]  # newest first
     by_purchase = {r.purchase_id: r for r in rows}
     r = by_purchase[ic.id]
@@ -43,12 +43,12 @@ def test_an_owner_sees_each_oneshot_release_with_its_guarantee(owner, other_owne
     assert (lpp_row.value_id, lpp_row.mechanism, lpp_row.survey, str(lpp_row.epsilon)) == (
         mine.id, "lpp", False, "1.379886")
     assert lab.username not in repr(rows)
-    assert [r.purchase_id for r in selectors.oneshot_releases(owner, value_id=mine.id)] == [lpp.id]
-    assert len(selectors.oneshot_releases(owner, limit=2)) == 2
-    assert {r.purchase_id for r in selectors.oneshot_releases(other_owner)} == {warner.id, ic.id}
-    assert selectors.oneshot_releases(OwnerFactory()) == []
+    assert [r.purchase_id for r in owner_rows.oneshot_releases(owner, value_id=mine.id)] == [lpp.id]
+    assert len(owner_rows.oneshot_releases(owner, limit=2)) == 2
+    assert {r.purchase_id for r in owner_rows.oneshot_releases(other_owner)} == {warner.id, ic.id}
+    assert owner_rows.oneshot_releases(OwnerFactory()) == []
     # the dashboard rows of one-shot values have no chain
-    rows = {row.value.id: row for row in selectors.owner_values(owner)}
+    rows = {row.value.id: row for row in owner_rows.owner_values(owner)}
     assert rows[mine.id].head == 0 and rows[mine.id].length == 0
 
 
@@ -57,9 +57,9 @@ def test_pum_tag_is_read_for_its_owner_only(owner, other_owner):
 
     attribute = UrrAttributeFactory(price_policy=POLICY)
     v = contribute_one(owner, attribute, "c", ceiling="1")
-    assert selectors.pum_tag(owner, v.id) is None
+    assert owner_rows.pum_tag(owner, v.id) is None
     value_set_pum_tag(value_id=v.id, tag="work", owner=owner)
-    assert selectors.pum_tag(owner, v.id) == "work"
+    assert owner_rows.pum_tag(owner, v.id) == "work"
     with pytest.raises(Http404):
-        selectors.pum_tag(other_owner, v.id)
+        owner_rows.pum_tag(other_owner, v.id)
     assert BuyerFactory().role == "buyer"

@@ -48,7 +48,7 @@ def test_an_owner_keeps_the_value_on_the_device_and_extends_it(live_server, brow
     from accounts.models import User
     from accounts.roles import grant_role
     from market.models import Value
-    from market.pricing import DEFAULT_POLICY
+    from market.purchases.pricing import DEFAULT_POLICY
     from tests.factories import CategoricalAttributeFactory, stored_chains
 
     page, base = browser_page, live_server.url
@@ -138,7 +138,7 @@ def test_an_owner_chooses_the_upload_level_and_is_told_what_the_device_needs(liv
     from accounts.models import User
     from accounts.roles import grant_role
     from market.models import Value
-    from market.pricing import DEFAULT_POLICY
+    from market.purchases.pricing import DEFAULT_POLICY
     from tests.factories import CategoricalAttributeFactory, stored_chains
 
     page, base = browser_page, live_server.url

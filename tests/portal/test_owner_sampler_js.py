@@ -8,9 +8,13 @@ Chromium loads the module from the live server's static files and runs it:
 * 10^5 draws with ``crypto.getRandomValues`` per law follow the exact law (chi-square, ``ALPHA = 1e-7`` as the
   other statistical tests; not seeded, the browser's CSPRNG): k-RR marginals at several epsilons and domain
   sizes (eps 0 included, the uniform path), and the joint law of one relaxation step; a power computation
-  states which wrong laws these sample sizes detect.
+  states which wrong laws these sample sizes detect;
+* epsilons too small for 64-bit cells (``tests/data/sampler_smallest_eps.json``) are refused as the server
+  refuses them, and the others get the server's cells.
 
-Skipped, saying why, without Playwright or ``/usr/bin/chromium``.
+The same vectors run in Node without a browser (``tests/js/owner_sampler.test.mjs``, ``node --test``); the cases
+of ``sampler_smallest_eps.json`` are checked against the server here.  The browser tests are skipped, saying why,
+without Playwright or ``/usr/bin/chromium``.
 """
 from __future__ import annotations
 
@@ -29,14 +33,22 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 browser_page = test_browser.browser_page  # the fixture: a real Chromium page, CSP violations fail
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "owner-sampler"
 VECTORS = Path(__file__).resolve().parents[1] / "data" / "sampler_vectors.json"
+SMALLEST = Path(__file__).resolve().parents[1] / "data" / "sampler_smallest_eps.json"
 MODULE = "/static/portal/owner_sampler.js"
 DRAWS = 100_000
 
-pytestmark = [
+BROWSER_MARKS = [
     pytest.mark.skipif(sync_playwright is None,
                        reason="Playwright for Python is not installed (pip install playwright)"),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
 ]
+
+
+def needs_chromium(test):
+    """The browser tests: skipped, saying why, without Playwright or Chromium (the others run everywhere)."""
+    for mark in reversed(BROWSER_MARKS):
+        test = mark(test)
+    return test
 
 # Runs in the page: every law, step and case of the vectors through the module; returns the disagreements.
 CHECK_VECTORS = """async ([url, vectors]) => {
@@ -94,6 +106,7 @@ def open_module_origin(page, base) -> None:
     assert "javascript" in response.headers["content-type"]
 
 
+@needs_chromium
 def test_the_javascript_sampler_agrees_with_every_shared_vector(live_server, browser_page):
     vectors = json.loads(VECTORS.read_text())
     assert vectors["laws"] and vectors["steps"] and vectors["cases"]
@@ -104,6 +117,7 @@ def test_the_javascript_sampler_agrees_with_every_shared_vector(live_server, bro
     assert result["count"] == 0, f"{result['count']} disagreements, the first: {json.dumps(result['bad'], indent=1)}"
 
 
+@needs_chromium
 def test_the_javascript_sampler_refuses_what_the_server_refuses(live_server, browser_page):
     open_module_origin(browser_page, live_server.url)
     errors = browser_page.evaluate("""async (url) => {
@@ -121,6 +135,38 @@ def test_the_javascript_sampler_refuses_what_the_server_refuses(live_server, bro
       ];
     }""", MODULE)
     assert errors == ["RangeError"] * 7 + [None]
+    # around the smallest epsilon 64-bit cells realise: refused below it, the server's cells above
+    cases = json.loads(SMALLEST.read_text())["cases"]
+    got = browser_page.evaluate("""async ([url, cases]) => {
+      const s = await import(url);
+      return cases.map(([eps, m]) => {
+        try {
+          const c = s.krrCells(eps, m);
+          return [String(c.keep), String(c.flip)];
+        } catch (e) {
+          return e.name;
+        }
+      });
+    }""", [MODULE, cases])
+    assert got == [expected or "RangeError" for _, _, expected in cases]
+
+
+def test_the_smallest_epsilon_cases_are_the_servers():
+    """``tests/data/sampler_smallest_eps.json`` (read by Node's tests and the one above) states what
+    ``mechanisms.exactness.krr_cells`` answers: refused (keep < flip) below the smallest epsilon, else its cells."""
+    from decimal import Decimal
+
+    from mechanisms.exactness import krr_cells
+
+    cases = json.loads(SMALLEST.read_text())["cases"]
+    assert any(expected is None for *_, expected in cases) and any(expected for *_, expected in cases)
+    for eps, m, expected in cases:
+        if expected is None:
+            with pytest.raises(ValueError, match="too small for k-RR"):
+                krr_cells(Decimal(eps), m)
+        else:
+            c = krr_cells(Decimal(eps), m)
+            assert [str(c.keep), str(c.flip)] == expected, (eps, m)
 
 
 def _pairs(page, eps: list[str], m: int, i: int, j: int) -> np.ndarray:
@@ -129,6 +175,7 @@ def _pairs(page, eps: list[str], m: int, i: int, j: int) -> np.ndarray:
 
 
 @pytest.mark.slow
+@needs_chromium
 def test_the_javascript_sampler_draws_the_exact_laws_with_the_browsers_csprng(live_server, browser_page):
     page = browser_page
     open_module_origin(page, live_server.url)

@@ -11,12 +11,11 @@ import time_machine
 from django.utils import timezone
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry
-from accounts.money import earnings_settle
-from ldpmarket.money import format_money
+from accounts.money.format import format_money
+from accounts.money.services import earnings_settle
 from market.models import Value
-from market.pricing import DEFAULT_POLICY
-from tests.factories import (BinaryAttributeFactory, NumericAttributeFactory, StringAttributeFactory,
-                             chain_head)
+from market.purchases.pricing import DEFAULT_POLICY
+from tests.factories import BinaryAttributeFactory, NumericAttributeFactory, StringAttributeFactory, chain_head
 from tests.portal.conftest import contribute_one, purchase
 
 pytestmark = pytest.mark.django_db
@@ -75,7 +74,8 @@ def test_the_value_page_shows_releases_history_and_earnings(owner_client, value,
     earnings_settle(shard=attribute.id)
     response = owner_client.get(f"/portal/values/{value.id}/")
     page = text(response)
-    earnings = list(MoneyEntry.objects.filter(account__user=value.owner).order_by("id").values_list("amount", flat=True))
+    earnings = list(MoneyEntry.objects.filter(account__user=value.owner).order_by("id")
+                    .values_list("amount", flat=True))
     assert len(earnings) == 2
     for amount in earnings:
         assert format_money(amount) in page
@@ -106,11 +106,11 @@ def test_the_releases_page_lists_every_release_with_earnings_and_the_total(owner
 
 
 def test_releases_are_paginated(owner_client, value, buyer, attribute):
-    from portal import selectors
+    from market.values import owner_rows
 
     for i in range(3):
         purchase(buyer, attribute, f"0.{i + 1}", seed=i)
-    page, rows = selectors.release_page(value.owner, 2, per_page=2)
+    page, rows = owner_rows.release_page(value.owner, 2, per_page=2)
     assert page.number == 2 and len(rows) == 1 and rows[0].epsilon == D("0.1")
     assert owner_client.get("/portal/releases/?page=99").status_code == 200
 
@@ -300,7 +300,8 @@ def test_previewing_a_schedule_shows_the_ceilings_it_gives_and_saves_nothing(own
 
 
 def test_the_preview_matches_the_schedule_arithmetic():
-    from datetime import datetime, timezone as tz
+    from datetime import datetime
+    from datetime import timezone as tz
 
     from accounts.epsilon import from_micro, to_micro
     from accounts.schedule import ceiling_micro
@@ -398,7 +399,8 @@ def test_the_export_has_all_the_owners_data_as_json(owner_client, owner, value, 
     data = json.loads(response.content)
     assert data["owner"] == {"username": owner.username, "email": owner.email, "joined": owner.date_joined.isoformat()}
     [v] = data["values"]
-    assert (v["id"], v["raw_value"], v["attribute"], v["kind"]) == (value.id, "green", "favourite colour", "categorical")
+    assert (v["id"], v["raw_value"], v["attribute"], v["kind"]) == (value.id, "green", "favourite colour",
+                                                                    "categorical")
     assert v["budget"]["ceiling"] == "2.000000" and v["budget"]["chain_loss"] == "0.700000"
     assert v["budget"]["schedule"]["shape"] == "steps" and v["budget"]["schedule"]["steps"] == 4
     assert v["chain"]["head"] == "2.000000"

@@ -37,29 +37,33 @@ def shot(page, name: str) -> None:
 
 
 def rewrite_checkpoint(tree_size: int, **fields) -> None:
-    """Change a checkpoint row as a dishonest operator could: the table is append-only (a trigger), disabled for
-    this one transaction (``ALTER TABLE`` is transactional in PostgreSQL), as tests/audit/conftest.py does."""
+    """Change a checkpoint row as a dishonest operator could: on PostgreSQL the table is append-only (a trigger),
+    disabled for this one transaction (``ALTER TABLE`` is transactional there), as tests/audit/conftest.py does;
+    SQLite has no such trigger."""
     from django.db import connection, transaction
 
     from accounts.models import LedgerCheckpoint
 
+    pg = connection.vendor == "postgresql"
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute("ALTER TABLE accounts_ledgercheckpoint DISABLE TRIGGER USER")
+        if pg:
+            with connection.cursor() as cur:
+                cur.execute("ALTER TABLE accounts_ledgercheckpoint DISABLE TRIGGER USER")
         assert LedgerCheckpoint.objects.filter(tree_size=tree_size).update(**fields) == 1
-        with connection.cursor() as cur:
-            cur.execute("ALTER TABLE accounts_ledgercheckpoint ENABLE TRIGGER USER")
+        if pg:
+            with connection.cursor() as cur:
+                cur.execute("ALTER TABLE accounts_ledgercheckpoint ENABLE TRIGGER USER")
 
 
 def test_the_value_page_verifies_each_release_against_the_latest_checkpoint(live_server, browser_page,
                                                                              transactional_db):
     from playwright.sync_api import expect
 
-    from accounts.checkpoints import checkpoint_make
+    from accounts.ledger import signing
+    from accounts.ledger.checkpoints import checkpoint_make
     from accounts.models import LedgerEntry, User
     from accounts.roles import grant_role
-    from ldpmarket import ledger_key
-    from market.pricing import DEFAULT_POLICY
+    from market.purchases.pricing import DEFAULT_POLICY
     from tests.factories import BuyerFactory, CategoricalAttributeFactory, fund
     from tests.portal.conftest import contribute_one, purchase
 
@@ -94,7 +98,7 @@ def test_the_value_page_verifies_each_release_against_the_latest_checkpoint(live
     for entry_id in releases:
         expect(mark(entry_id)).to_have_text("verified")
     title = mark(releases[0]).locator(".badge").get_attribute("title")
-    assert f"signed log of tree size {first.tree_size}" in title and f"key id {ledger_key.key_id()}" in title
+    assert f"signed log of tree size {first.tree_size}" in title and f"key id {signing.key_id()}" in title
     expect(page.locator("#receipts-status")).to_contain_text(f"tree size {first.tree_size}")
     expect(page.locator("#receipts-warning")).to_be_hidden()
     link = page.get_by_role("link", name="Download receipts (JSON)")
@@ -142,8 +146,8 @@ def test_the_value_page_verifies_each_release_against_the_latest_checkpoint(live
 
     # 5. Changed and signed again (the service rewrote its log): the browser remembers the real root of that
     #    size, so the log was forked.
-    statement = ledger_key.statement(second.tree_size, fake_root, second.created_at)
-    rewrite_checkpoint(second.tree_size, signature=ledger_key.sign(statement))
+    statement = signing.statement(second.tree_size, fake_root, second.created_at)
+    rewrite_checkpoint(second.tree_size, signature=signing.sign(statement))
     page.reload()
     expect(warning.get_by_role("heading")).to_have_text("The ledger's log was rewritten (forked)")
     expect(warning).to_contain_text(f"two signed checkpoints of tree size {second.tree_size} have different roots")

@@ -1,11 +1,11 @@
-"""The browser's receipt checks (``portal/static/portal/receipts_verify.js``) in Chromium (docs/receipts.md,
-"Checking receipts").
+"""The browser's receipt checks (``portal/static/portal/receipts_verify.js``, the pure verifier the value page's
+``receipts_page.js`` calls) in Chromium (docs/receipts.md, "Checking receipts").
 
 Receipts files come from ``tests/client/receipt_fixtures.py`` (synthetic entries laid out as docs/receipts.md
-says, trees and proofs from ``ldpmarket.merkle``, checkpoints signed by a fresh Ed25519 key) and are checked by
+says, trees and proofs from ``accounts.ledger.merkle``, checkpoints signed by a fresh Ed25519 key) and are checked by
 the module's ``verifyBundle`` in the page:
 
-* its RFC 9162 inclusion and consistency checks answer as ``ldpmarket.merkle``'s on every index and size up to 70
+* its RFC 9162 inclusion and consistency checks answer as ``accounts.ledger.merkle``'s on every index and size up to 70
   (and 2049), for valid proofs and broken ones;
 * a valid file verifies every entry, in blocks of 1, 3, 5 and 2049 entries, against its own checkpoint or against
   an older or newer one linked by a consistency proof;
@@ -15,30 +15,38 @@ the module's ``verifyBundle`` in the page:
   statement that does not state the checkpoint, a forked log (same size with different roots; a consistency proof
   that does not link).
 
-Skipped, saying why, without Playwright or ``/usr/bin/chromium``.
+The shared vectors ``tests/data/receipt_vectors.json`` (``tests/js/make_receipt_vectors.py``: the same kinds of
+files and tampering, fixed keys) are what Node's tests check the module against without a browser
+(``tests/js/receipts_verify.test.mjs``, ``node --test``); here: they are up to date, the Python client's verifier
+agrees with every case's verdict (but for the differences named in ``CLIENT_DIFFERS``), and Chromium gives every
+case's answer too.  The browser tests are skipped, saying why, without Playwright or ``/usr/bin/chromium``.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from ldpmarket import merkle
+from accounts.ledger import merkle
+from accounts.ledger.leaves import block_leaf, entry_leaf_data
 from tests.client import receipt_fixtures as rf
+from tests.js import make_receipt_vectors
 from tests.portal.test_browser import ARGS, CHROMIUM, sync_playwright
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 MODULE = "/static/portal/receipts_verify.js"
 ID_SHIFT = 2 ** 24
 
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None,
-                       reason="Playwright for Python is not installed (pip install playwright)"),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
-]
+#: Vectors the Python client's verifier (``ldpmarket_client.receipts``) answers otherwise, and why.
+CLIENT_DIFFERS = {
+    "a shown id of": "the client does not compare the shown entry id with block id * 2^24 + position",
+    "value 7's receipts 4 and 5 swapped": "the client sorts each value's receipts by block and position before "
+                                          "chaining them; the portal wants them in ledger order, as served",
+}
 
 VERIFY = """async ([url, bundle, checkpoint, key, consistency]) => {
   const m = await import(url);
@@ -69,6 +77,11 @@ def two_values() -> rf.Fixture:
 
 @pytest.fixture(scope="module")
 def page(live_server):
+    """Chromium on the module's URL (tests using it are skipped, saying why, without Playwright or Chromium)."""
+    if sync_playwright is None:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page()
@@ -116,20 +129,83 @@ def receipt_of(bundle, entry_id) -> dict:
 
 
 def test_the_fixtures_lay_entries_and_blocks_out_as_the_ledger_does():
-    """The layout the module decodes is the service's (accounts/ledger.py), not only the fixtures'."""
+    """The layout the module decodes is the service's (accounts/ledger/hashchain.py), not only the fixtures'."""
     import numpy as np
 
-    from accounts import ledger
+    from accounts.ledger import hashchain as ledger
 
     rec = rf.record(7, "oneshot_release", epsilon=400_000, purchase=13, chain=(1, 2), oneshot=(3, 4), ceiling=5,
                     guarantee="per_report_non_collusion", schedule_start_at=6)
     record = np.array([tuple(rec[f] for f in rf.FIELDS)], dtype=ledger.ENTRY)[0]
-    assert rf.entry_data(rec) == ledger.entry_leaf_data(record) and len(rf.entry_data(rec)) == 159
+    assert rf.entry_data(rec) == entry_leaf_data(record) and len(rf.entry_data(rec)) == 159
     data = rf.block_data(4, 9, 105, 3, 1234, b"h" * 32, b"r" * 32)
-    assert data == ledger.block_leaf(4, 9, 105, 3, 1234, (b"h" * 32).hex(), (b"r" * 32).hex())
+    assert data == block_leaf(4, 9, 105, 3, 1234, (b"h" * 32).hex(), (b"r" * 32).hex())
 
 
-# ------------------------------------------------------------------ RFC 9162 proofs agree with ldpmarket.merkle
+# ------------------------------------------------------------------ the shared vectors (Node's tests read them)
+
+def test_the_receipt_vectors_are_up_to_date():
+    fresh = make_receipt_vectors.dumps(make_receipt_vectors.generate())
+    assert fresh == make_receipt_vectors.PATH.read_text(), \
+        "tests/data/receipt_vectors.json is stale: run python -m tests.js.make_receipt_vectors"
+
+
+def test_the_python_client_gives_each_receipt_vector_its_verdict():
+    """``ldpmarket_client.receipts.verify_bundle`` (the same checks in Python, docs/client.md) passes the valid
+    cases and fails the tampered ones, but for ``CLIENT_DIFFERS``."""
+    from ldpmarket_client import receipts
+
+    vectors = json.loads(make_receipt_vectors.PATH.read_text())
+    differ = {}
+    for case in vectors["cases"]:
+        bundle = make_receipt_vectors.apply_patch(vectors["bundles"][case["bundle"]], case["patch"])
+        report = receipts.verify_bundle(bundle, case["checkpoint"], vectors["keys"][case["key"]], case["consistency"])
+        if report.ok != case["expect"]["ok"]:
+            differ[case["name"]] = report.problems
+    named = {name for name in differ if any(name.startswith(prefix) for prefix in CLIENT_DIFFERS)}
+    assert set(differ) == named, {name: differ[name] for name in set(differ) - named}
+    assert len(named) == len(CLIENT_DIFFERS), f"a difference is gone: {sorted(named)}"
+
+
+def test_chromium_gives_every_receipt_vector_its_answer(page):
+    """Every case of the shared vectors, in the browser, as Node's tests check it."""
+    vectors = json.loads(make_receipt_vectors.PATH.read_text())
+    result = page.evaluate("""async ([url, vectors]) => {
+      const m = await import(url);
+      const parentOf = (doc, path) => {
+        for (const k of path.slice(0, -1)) doc = doc[k];
+        return [doc, path[path.length - 1]];
+      };
+      const patched = (doc, patch) => {
+        const out = structuredClone(doc);
+        for (const [op, path, arg] of patch) {
+          const [parent, last] = parentOf(out, path);
+          if (op === "set") parent[last] = structuredClone(arg);
+          else if (op === "delete") Array.isArray(parent) ? parent.splice(last, 1) : delete parent[last];
+          else if (op === "swap") {
+            const [other, otherLast] = parentOf(out, arg);
+            [parent[last], other[otherLast]] = [other[otherLast], parent[last]];
+          } else throw new Error(op);
+        }
+        return out;
+      };
+      const bad = [];
+      for (const c of vectors.cases) {
+        const r = await m.verifyBundle(patched(vectors.bundles[c.bundle], c.patch), c.checkpoint, c.key,
+                                       c.consistency);
+        const got = {ok: r.ok, failed: Object.keys(r.checks).filter((k) => !r.checks[k]).sort(),
+                     verified: [...r.verifiedEntryIds].sort((a, b) => a - b), forked: r.forked};
+        const e = c.expect;
+        const said = e.message === null || r.problems.some((p) => p.message.includes(e.message));
+        if (JSON.stringify(got) !== JSON.stringify({ok: e.ok, failed: e.failed, verified: e.verified,
+                                                    forked: e.forked}) || !said) bad.push({name: c.name, got});
+      }
+      return {bad, count: vectors.cases.length};
+    }""", [MODULE, vectors])
+    assert result["bad"] == [] and result["count"] >= 50
+
+
+# ------------------------------------------------------------------ RFC 9162 proofs agree with accounts.ledger.merkle
 
 def test_inclusion_and_consistency_checks_agree_with_the_python_ones(page):
     """Valid proofs, and proofs with a hash changed, a hash dropped, another index or size, another root: the

@@ -14,8 +14,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from accounts import money, roles
+from accounts import roles
 from accounts.models import User
+from accounts.money import services
 from ldpmarket.problems import DomainError
 
 
@@ -47,17 +48,17 @@ class Command(BaseCommand):
             raise CommandError("Password refused: " + " ".join(e.messages)) from None
         if credit is not None:
             try:
-                credit = money.parse_amount(credit)
+                credit = services.parse_amount(credit)
             except DomainError as e:
                 raise CommandError(str(e)) from None
         with transaction.atomic():
             user.set_password(password)
             roles.grant_role(user, User.Role.BUYER)
-            topup = money.money_topup(buyer=user, amount=credit, reason="initial credit (create_buyer)",
+            topup = services.money_topup(buyer=user, amount=credit, reason="initial credit (create_buyer)",
                                       by=None) if credit is not None else None
         line = f"Created buyer {user.username} (id {user.id})"
         if topup is not None:
-            line += f" with {money.fmt(topup.amount)} {money.currency()} of credit"
+            line += f" with {services.fmt(topup.amount)} {services.currency()} of credit"
         self.stdout.write(line + ".")
 
     @staticmethod

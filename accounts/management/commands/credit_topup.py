@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts import money
 from accounts.models import User
+from accounts.money import services as money
 from ldpmarket.problems import DomainError
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
-from ldpmarket import ledger_key
+from accounts.ledger import signing
+from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, public_key=False, **options):
         if public_key:
-            self.stdout.write(ledger_key.public_pem())
+            self.stdout.write(signing.public_pem())
             return
         checkpoint = checkpoint_make()
         if checkpoint is None:

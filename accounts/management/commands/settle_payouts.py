@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts import money, money_selectors
 from accounts.models import PayoutRequest
+from accounts.money import selectors, services
 from ldpmarket.problems import DomainError
 
 
@@ -23,28 +23,28 @@ class Command(BaseCommand):
         parser.add_argument("--note", default="", help="a note kept with the decision")
 
     def handle(self, *args, all, id, reject, note, **options):
-        cur = money.currency()
-        pending = list(money_selectors.pending_payouts())
+        cur = services.currency()
+        pending = list(selectors.pending_payouts())
         if not (all or id or reject):
             for p in pending:
-                self.stdout.write(f"payout {p.id}: {p.owner.username} {money.fmt(p.amount)} {cur}, requested "
+                self.stdout.write(f"payout {p.id}: {p.owner.username} {services.fmt(p.amount)} {cur}, requested "
                                   f"{p.requested_at:%Y-%m-%d %H:%M} UTC")
             total = sum((p.amount for p in pending), start=Decimal(0))
-            self.stdout.write(f"{len(pending)} requested payout(s), {money.fmt(total)} {cur} in all.")
+            self.stdout.write(f"{len(pending)} requested payout(s), {services.fmt(total)} {cur} in all.")
             return
         settle_ids = [p.id for p in pending] if all else id
         settle_ids = [i for i in settle_ids if i not in reject]
         done = []
         try:
             for pid in reject:
-                p = money.payout_reject(payout_id=pid, by=None, note=note)
-                self.stdout.write(f"payout {p.id}: rejected, {money.fmt(p.amount)} {cur} back to {p.owner.username}")
+                p = services.payout_reject(payout_id=pid, by=None, note=note)
+                self.stdout.write(f"payout {p.id}: rejected, {services.fmt(p.amount)} {cur} back to {p.owner.username}")
             for pid in settle_ids:
-                p = money.payout_settle(payout_id=pid, by=None, note=note)
+                p = services.payout_settle(payout_id=pid, by=None, note=note)
                 done.append(p)
-                self.stdout.write(f"payout {p.id}: settled, {money.fmt(p.amount)} {cur} to {p.owner.username}")
+                self.stdout.write(f"payout {p.id}: settled, {services.fmt(p.amount)} {cur} to {p.owner.username}")
         except PayoutRequest.DoesNotExist:
             raise CommandError(f"No payout {pid}.") from None
         except DomainError as e:
             raise CommandError(str(e)) from None
-        self.stdout.write(f"{len(done)} payout(s) settled, {money.fmt(sum(p.amount for p in done))} {cur}.")
+        self.stdout.write(f"{len(done)} payout(s) settled, {services.fmt(sum(p.amount for p in done))} {cur}.")

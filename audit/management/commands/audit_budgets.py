@@ -1,4 +1,5 @@
-"""``python manage.py audit_budgets``: re-check every budget invariant from the ledger (docs/budget-rules.md#budgets-and-ceilings).
+"""``python manage.py audit_budgets``: re-check every budget invariant from the ledger
+(docs/budget-rules.md#budgets-and-ceilings).
 
 Prints a report (sections with PASS/FAIL, counts, the first offending rows) and
 exits 0 only when everything holds; any violation exits 1.

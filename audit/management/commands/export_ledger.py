@@ -1,4 +1,5 @@
-"""``python manage.py export_ledger``: the privacy ledger as CSV, streamed, with filters (docs/budget-rules.md#the-audit).
+"""``python manage.py export_ledger``: the privacy ledger as CSV, streamed, with filters
+(docs/budget-rules.md#the-audit).
 
     python manage.py export_ledger --owner alice --attribute 3 --created-after 2025-01-01 -o ledger.csv
 

@@ -1,4 +1,5 @@
-"""``python manage.py privacy_audit``: the empirical privacy audit of stored chains (docs/mechanisms-reference.md#privacy-audit-by-inference).
+"""``python manage.py privacy_audit``: the empirical privacy audit of stored chains
+(docs/mechanisms-reference.md#privacy-audit-by-inference).
 
 For each attribute, a random sample of values with their raw datum; their true
 inputs are opened inside this process only (raw values never leave it: the

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
+from market.chains.extension import chains_extend
 from market.models import Attribute
-from market.services import chains_extend
 
 
 class Command(BaseCommand):

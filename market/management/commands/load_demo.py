@@ -49,15 +49,18 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 from accounts.epsilon import from_micro
-from accounts.models import MoneyAccount, User
-from accounts.money import money_topup
+from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
+from accounts.models import User
+from accounts.money import selectors as money_selectors
+from accounts.money.services import money_topup
 from accounts.services import Schedule
-from market import chainstore, domain, sealing
+from market.chains import store
 from market.models import Attribute, Dataset, Value
-from market.pricing import PricePolicy
-from market.services import value_upload_chain, values_create_many
+from market.purchases.pricing import PricePolicy
+from market.values import inputs as domain
+from market.values import sealing
+from market.values.services import value_upload_chain, values_create_many
 
 BUYER = "demo-buyer"
 BUYER_PASSWORD = "demo-buyer-password"
@@ -122,7 +125,7 @@ def demo_users() -> tuple[User, User]:
         buyer = _user(BUYER, BUYER_PASSWORD, role=User.Role.BUYER, organisation=BUYER_ORGANISATION,
                       email="demo-buyer@example.org")
         owner = _user(OWNER, OWNER_PASSWORD, role=User.Role.OWNER, email="demo-owner@example.org")
-        if not MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT).exists():
+        if money_selectors.account_of(buyer, money_selectors.KIND_OF_ROLE["buyer"]) is None:
             money_topup(buyer=buyer, amount=BUYER_CREDIT, reason="Demo credit (load_demo)", by=None)
     return buyer, owner
 
@@ -214,7 +217,8 @@ def held_contents(held: HeldExperiment) -> tuple[list[str], list[Decimal | None]
 def _device_chain(value: int, level: Decimal, attribute: Attribute, m: int) -> tuple[list[Decimal], list[int]]:
     """What an owner's device uploads (``ldpmarket_client.owner.Owner.contribute``): the grid points from the grid
     start up to ``level`` and the chain the SDK's sampler draws through them from the OS CSPRNG."""
-    from ldpmarket_client import owner as sdk, sampler  # the client package: imported only by this demo step
+    from ldpmarket_client import owner as sdk  # the client package: imported only by this demo step
+    from ldpmarket_client import sampler
 
     grid = sdk.Grid(sdk.to_micro(attribute.grid_start), sdk.to_micro(attribute.grid_step),
                     sdk.to_micro(attribute.grid_stop))
@@ -238,12 +242,15 @@ def create_held_experiment(held: HeldExperiment, demo_owner: User, now=None) -> 
         owners = _owners(held.owner_prefix, demo_owner, len(raws))
         values = values_create_many(attribute=attribute, owners=owners, raws=None, ceiling=held.ceiling, now=now,
                                     custody=Value.Custody.OWNER)
-        m = len(held.labels)
-        for value, owner, raw, level in zip(values, owners, raws, uploads):
-            if level is None:
-                continue
-            epsilons, outputs = _device_chain(held.labels.index(raw), level, attribute, m)
-            value_upload_chain(value_id=value.id, owner=owner, epsilons=epsilons, outputs=outputs)
+    # Each upload is a transaction of its own, as an owner's device makes it: inside the dataset's transaction,
+    # one upload's ledger append would be followed by the next value's budget lock, against the global lock
+    # order (accounts/locks.py).
+    m = len(held.labels)
+    for value, owner, raw, level in zip(values, owners, raws, uploads):
+        if level is None:
+            continue
+        epsilons, outputs = _device_chain(held.labels.index(raw), level, attribute, m)
+        value_upload_chain(value_id=value.id, owner=owner, epsilons=epsilons, outputs=outputs)
     return True
 
 
@@ -387,7 +394,7 @@ def held_summary(held: HeldExperiment) -> list[str]:
         return [f"  {held.title}: missing"]
     values = list(attribute.values.select_related("budget").order_by("id"))
     owner_held = sum(v.custody == Value.Custody.OWNER for v in values)
-    chains = chainstore.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
+    chains = store.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
     levels = Counter(from_micro(head) if length else None
                      for length, head in (chains.get((v.block_id, v.slot), (0, 0)) for v in values))
     uploaded = ", ".join(f"{levels[level]} up to {_eps(level)}"
@@ -449,8 +456,8 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         lines.append(f"  {demo.title} / {attribute.name} ({attribute.kind}, {attribute.mechanism}): "
                      f"{attribute.values.count()} values, fixed ceiling {_eps(ONESHOT_CEILING)}")
     buyer = User.objects.filter(username=BUYER).first()
-    credit = (MoneyAccount.objects.filter(user=buyer, kind=MoneyAccount.Kind.BUYER_CREDIT)
-              .values_list("balance", flat=True).first() if buyer else None)
+    account = money_selectors.account_of(buyer, money_selectors.KIND_OF_ROLE["buyer"]) if buyer else None
+    credit = account.balance if account else None
     owner_titles = list(Value.objects.filter(owner__username=OWNER).order_by("id")
                         .values_list("attribute__dataset__title", flat=True))
     credit_text = "no credit account" if credit is None else f"credit {credit:.2f} {settings.LDP_CURRENCY}"

@@ -9,7 +9,8 @@
 // Laws (docs/mechanisms.md, "Exact sampling"):
 //   k-RR at eps over m labels: each other label gets flip = ceil(2^64 / (L + m - 1)) cells of 2^-64 and the
 //   true label keep = 2^64 - (m - 1) flip, where L = exp_lower(eps, 60 digits) < e^eps on the server
-//   (Python decimal).  eps = 0: exactly uniform (keep = flip = 1 of m).
+//   (Python decimal).  eps = 0: exactly uniform (keep = flip = 1 of m).  An eps so small that keep < flip is
+//   refused (RangeError), as on the server: its realised level would be ln(flip / keep) > eps.
 //   Relaxation step lo -> hi with cells (K_lo, R_lo), (K_hi, R_hi) over a common total, D = K_hi - R_hi,
 //   stay = K_lo - R_hi, move = R_lo - R_hi:
 //     kept  (previous output = a):      a: K_hi stay,  each of the m - 1 others: R_hi move
@@ -112,7 +113,10 @@ const cellsCache = new Map();
 
 /**
  * k-RR at eps over m labels in integer cells: {keep, flip, total} (BigInt), as mechanisms.exactness.krr_cells.
- * Throws if the bracket of e^eps cannot decide the server's ceiling (see the header; never seen in practice).
+ * Throws a RangeError, as the server refuses it, for an eps so small that keep < flip (the true value would
+ * get fewer cells than each other label: exp_lower(eps) < 1 + r/q with q = floor(2^64 / m), r = 2^64 mod m,
+ * below about m^2 / 2^64; never for m a power of two down to about 1e-58).  Throws an Error if the bracket of
+ * e^eps cannot decide the server's ceiling (see the header; never seen in practice).
  */
 export function krrCells(eps, m) {
   checkM(m);
@@ -130,7 +134,18 @@ export function krrCells(eps, m) {
     const ln2 = ln * (MARGIN - 1n), ld2 = ld * MARGIN;                  // lo (1 - 1e-58)
     const high = ceilDiv(TWO_64 * ld2, ln2 + m1 * ld2);
     if (low !== high) throw new Error(`cannot decide the k-RR cells at eps ${eps}, m ${m} (flip ${low} or ${high})`);
-    cells = { keep: TWO_64 - m1 * low, flip: low, total: TWO_64 };
+    const keep = TWO_64 - m1 * low;
+    if (keep < low) {
+      // the true value would get fewer cells than each other label: a level ln(flip / keep) above eps (the
+      // header; mechanisms.exactness.krr_cells refuses it too)
+      const q = TWO_64 / BigInt(m), r = TWO_64 % BigInt(m);
+      const least = r ? Math.log1p(Number(r) / Number(q)) : 1.5e-59;
+      throw new RangeError(`eps = ${eps} is too small for k-RR over ${m} values to be realised with 64-bit ` +
+                           "thresholds: its cells would give the true value fewer units than each other value " +
+                           `(the smallest epsilon for m = ${m} is about ${least.toPrecision(3)}; ` +
+                           "docs/mechanisms.md, 'Exact sampling')");
+    }
+    cells = { keep, flip: low, total: TWO_64 };
   }
   cellsCache.set(key, cells);
   return cells;

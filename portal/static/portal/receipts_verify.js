@@ -1,9 +1,11 @@
-// Receipts checked in the owner's browser (docs/receipts.md, "Checking receipts").
+// Receipts checked anywhere WebCrypto runs (docs/receipts.md, "Checking receipts"): the pure verifier, no DOM,
+// no network, no storage.  The value page's code is receipts_page.js; Node runs this module as it is
+// (tests/js/receipts_verify.test.mjs).
 //
-// Pure part: `verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency)` runs the four checks of
-// docs/receipts.md with WebCrypto (Ed25519 signatures, SHA-256) and nothing from the service but what it is
+// `verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency)` runs the four checks of docs/receipts.md with
+// WebCrypto (globalThis.crypto.subtle: Ed25519 signatures, SHA-256) and nothing from the service but what it is
 // given:
-//   1. `checkpoint` (the one the browser trusts) is signed by the key and its statement states its tree size
+//   1. `checkpoint` (the one the caller trusts) is signed by the key and its statement states its tree size
 //      and root;
 //   2. the bundle's checkpoint is signed by the same key and is that checkpoint, or `consistency` (a
 //      GET /api/v1/ledger/consistency/ answer) proves the smaller log a prefix of the larger; same size with
@@ -12,10 +14,8 @@
 //      `block_data`), and `block_data` is leaf `block_index` of the checkpoint's tree (RFC 9162 2.1.3.2);
 //   4. `entry_data` decodes to what `entry` shows; every loss after is at most the ceiling, losses never go
 //      down, and each value's receipts chain from no loss with no gap.
-// Page part (the value page, #receipts): fetches the value's receipts, the latest checkpoint and the key,
-// marks each release row "verified" or "not yet in a checkpoint", and remembers the last checkpoint it
-// verified (localStorage `ldpmarket.checkpoint`) so a later, rewritten log is caught (consistency proof).
-// Loaded with <script type="module" src=...> (the Content-Security-Policy allows no inline script).
+// An ES module (export, no import): <script type="module"> in the browser, `import` in Node 20.19+ (a .js file
+// with ES module syntax and no package.json "type" is loaded as a module).
 
 const HEADER = "ldpmarket ledger checkpoint v1";          // ldpmarket/ledger_key.py HEADER
 const FORMAT = "ldpmarket-receipts-v1";
@@ -34,8 +34,6 @@ const SHAPES = ["", "linear", "steps"];
 const GUARANTEES = ["", "ldp", "uldp", "per_report_non_collusion"];
 //: An entry's id is its block id * 2^24 + its position in the block (accounts/models.py LedgerEntry).
 const ID_SHIFT = 2n ** 24n;
-
-export const STORE_KEY = "ldpmarket.checkpoint";
 
 // ------------------------------------------------------------------ bytes, hashes
 
@@ -411,159 +409,4 @@ export async function verifyBundle(bundle, checkpoint, publicKeyRawHex, consiste
     if (ok) verified.add(id);
   }
   return result();
-}
-
-// ------------------------------------------------------------------ the value page
-
-async function getJson(url) {
-  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (!response.ok) throw new Error(`${url} answered HTTP ${response.status}`);
-  return response.json();
-}
-
-function withQuery(url, params) {
-  const u = new URL(url, window.location.href);
-  for (const [k, v] of Object.entries(params)) u.searchParams.set(k, v);
-  return u.toString();
-}
-
-function loadStored() {
-  try {
-    const stored = JSON.parse(window.localStorage.getItem(STORE_KEY));
-    return stored && Number.isSafeInteger(stored.tree_size) ? stored : null;
-  } catch {
-    return null;
-  }
-}
-
-function badge(cell, text, kind, title) {
-  cell.textContent = "";
-  const span = document.createElement("span");
-  span.className = `badge receipt-${kind}`;
-  span.textContent = text;
-  if (title) span.title = title;
-  cell.append(span);
-}
-
-function warn(box, heading, lines, fork = false) {
-  box.textContent = "";
-  box.hidden = false;
-  box.className = fork ? "receipts-warning forked" : "receipts-warning";
-  box.setAttribute("role", "alert");
-  const h = document.createElement("h3");
-  h.textContent = heading;
-  const ul = document.createElement("ul");
-  for (const line of lines) {
-    const li = document.createElement("li");
-    li.textContent = line;
-    ul.append(li);
-  }
-  box.append(h, ul);
-}
-
-/** The value page: check this value's receipts and mark its release rows. */
-export async function valuePage(section) {
-  const d = section.dataset;
-  const status = section.querySelector("#receipts-status");
-  const warning = section.querySelector("#receipts-warning");
-  const rows = Array.from(document.querySelectorAll("tr.release-row[data-entry-id]"));
-  const cellOf = (row) => row.querySelector(".receipt-cell") || row.lastElementChild;
-  const problemsShown = (heading, problems, fork) => warn(warning, heading, problems.map((p) => p.message), fork);
-  status.textContent = "Checking this value's receipts in your browser…";
-  for (const row of rows) badge(cellOf(row), "checking…", "checking");
-  let key, latest, bundle;
-  try {
-    key = await getJson(d.publicKeyUrl);
-    const page = await getJson(withQuery(d.checkpointsUrl, { page_size: 1 }));
-    latest = page.results && page.results[0];
-    if (!latest) {
-      status.textContent = "The ledger has no signed checkpoint yet: receipts come with the first one.";
-      for (const row of rows) badge(cellOf(row), "not yet in a checkpoint", "pending");
-      return;
-    }
-    bundle = await getJson(withQuery(d.receiptsUrl, { tree_size: latest.tree_size }));
-  } catch (exc) {
-    status.textContent = `Receipts could not be checked: ${exc.message}`;
-    return;
-  }
-  const refuse = (heading, problems, fork, text) => {
-    problemsShown(heading, problems, fork);
-    status.textContent = text;
-    for (const row of rows) badge(cellOf(row), "not verified", "failed");
-  };
-  const checksOf = (problems) => [...new Set(problems.map((p) => p.check))].join(", ");
-  // Check 1 for the latest checkpoint, then check 2 against the last one this browser verified (a checkpoint
-  // remembered is only replaced by a larger one that verified, never by one that failed).
-  let problems = await checkpointProblems(latest, key.public_key, "the latest checkpoint");
-  if (problems.length) {
-    refuse(`Receipts did not verify (${checksOf(problems)})`, problems, false,
-           "Nothing was verified: the latest checkpoint does not check out.");
-    return;
-  }
-  const stored = loadStored();
-  if (stored && !(await checkpointProblems(stored, key.public_key)).length) {
-    let proof = null;
-    if (stored.tree_size !== latest.tree_size) {
-      const [first, second] = [stored.tree_size, latest.tree_size].sort((x, y) => x - y);
-      proof = await getJson(withQuery(d.consistencyUrl, { first, second })).catch(() => null);
-    }
-    problems = await linkProblems(stored, latest, proof);
-    if (!problems.length && latest.tree_size < stored.tree_size) {
-      problems = [{ check: "consistency", message: `the latest checkpoint the service shows (tree size ` +
-        `${latest.tree_size}) is older than one this browser verified before (tree size ${stored.tree_size})` }];
-    }
-  }
-  if (problems.some((p) => p.fork)) {
-    refuse("The ledger's log was rewritten (forked)", problems, true,
-           "Nothing was verified: the signed log this browser saw before was rewritten.");
-    return;
-  }
-  let link = null;                            // the route honours ?tree_size=, so normally the same checkpoint
-  const size = bundle.checkpoint && bundle.checkpoint.tree_size;
-  if (Number.isSafeInteger(size) && size !== latest.tree_size) {
-    const [first, second] = [size, latest.tree_size].sort((x, y) => x - y);
-    link = await getJson(withQuery(d.consistencyUrl, { first, second })).catch(() => null);
-  }
-  const result = await verifyBundle(bundle, latest, key.public_key, link);
-  problems = [...problems, ...result.problems];
-  const cp = bundle.checkpoint || latest;
-  const title = `Checked in this browser: included in the signed log of tree size ${cp.tree_size} ` +
-    `(root ${cp.root_hash}), signed by key id ${cp.key_id}; the entry matches what is shown, its loss is within ` +
-    "its ceiling and follows the previous entry with no gap.";
-  const pending = new Set((bundle.pending || []).map((e) => String(e.id)));
-  const missing = [];
-  for (const row of rows) {
-    const id = row.dataset.entryId;
-    if (result.verifiedEntryIds.has(Number(id))) {
-      badge(cellOf(row), "verified", "verified", title);
-    } else if (pending.has(id)) {
-      badge(cellOf(row), "not yet in a checkpoint", "pending",
-            "Written after the latest checkpoint: its receipt comes with the next one.");
-    } else {
-      badge(cellOf(row), "not verified", "failed");
-      if (result.ok) missing.push(id);
-    }
-  }
-  if (missing.length) {
-    problems.push({ check: "chain", message: `no receipt and not pending: entr${missing.length > 1 ? "ies" : "y"} ` +
-                                             missing.join(", ") });
-  }
-  if (problems.length) {
-    problemsShown(`Receipts did not verify (${checksOf(problems)})`, problems, problems.some((p) => p.fork));
-    status.textContent = "Some receipts did not verify: see the warning.";
-    return;
-  }
-  if (!stored || latest.tree_size >= stored.tree_size) {
-    const keep = ["tree_size", "root_hash", "created_at", "key_id", "signature", "statement"];
-    window.localStorage.setItem(STORE_KEY, JSON.stringify(Object.fromEntries(keep.map((k) => [k, latest[k]]))));
-  }
-  const n = result.verifiedEntryIds.size;
-  status.textContent = `${n} ledger entr${n === 1 ? "y" : "ies"} of this value verified in this browser against ` +
-    `the signed checkpoint of tree size ${cp.tree_size} (key id ${cp.key_id.slice(0, 16)}…)` +
-    (pending.size ? `; ${pending.size} not yet in a checkpoint.` : ".");
-}
-
-if (typeof document !== "undefined") {
-  const section = document.getElementById("receipts");
-  if (section) valuePage(section);
 }

@@ -10,9 +10,17 @@ from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from accounts.models import MoneyAccount
-from market.pricing import DEFAULT_POLICY
-from tests.factories import (BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             NumericAttributeFactory, OwnerFactory, StringAttributeFactory, fund, make_owners)
+from market.purchases.pricing import DEFAULT_POLICY
+from tests.factories import (
+    BinaryAttributeFactory,
+    BuyerFactory,
+    CategoricalAttributeFactory,
+    NumericAttributeFactory,
+    OwnerFactory,
+    StringAttributeFactory,
+    fund,
+    make_owners,
+)
 
 #: 0.01 per value at epsilon 1, 0.05 at 10 (linear between), owners get 80%.
 POLICY = DEFAULT_POLICY
@@ -44,7 +52,7 @@ def credit(user) -> Decimal:
 
 def contribute(attribute, raws, *, ceiling="2", seed=0, prefix=None):
     """One new owner per raw value, through the service path, with a seeded generator."""
-    from market.services import values_create_many
+    from market.values.services import values_create_many
 
     owners = make_owners(len(raws), prefix or f"api-{attribute.id}-{uuid.uuid4().hex[:6]}")
     return values_create_many(attribute=attribute, owners=owners, raws=list(raws), ceiling=ceiling,

@@ -7,9 +7,9 @@ purchase's bookkeeping but not the data bought; staff read everything.  Every
 refusal is a problem+json.  The roles come from the factories, which set
 ``is_staff`` as ``grant_role`` does (an auditor has it); tests/market/api/test_role_paths.py
 makes every role through every other path (grant_role, the admin's user form,
-createsuperuser, portal sign-up) and checks the portal and the console too.  Separately: no response a buyer can get contains a
-raw value, an owner's identity or a value id.  Surveys follow the purchases' rules, and auditors see a survey's
-bookkeeping but not its aggregate result.
+createsuperuser, portal sign-up) and checks the portal and the console too.  Separately: no response a buyer can get
+contains a raw value, an owner's identity or a value id.  Surveys follow the purchases' rules, and auditors see a
+survey's bookkeeping but not its aggregate result.
 """
 from __future__ import annotations
 

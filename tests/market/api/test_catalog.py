@@ -7,10 +7,11 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import BudgetAccount
-from market import selectors, services
+from market import selectors
 from market.models import Value
-from tests.market.api.conftest import POLICY, contribute
+from market.values import services
 from tests.factories import CategoricalAttributeFactory, DatasetFactory
+from tests.market.api.conftest import POLICY, contribute
 
 pytestmark = pytest.mark.django_db
 
@@ -47,8 +48,8 @@ def test_histogram_counts_what_a_purchase_would_include(api, categorical):
     Value.objects.filter(id__in=[v.id for v in values[25:28]]).update(withdrawn_at=timezone.now())
     for v in values[15:20]:
         services.value_delete_raw(value_id=v.id)  # ceiling 5 but chains stop at 2: no extension possible
-    hist = {h["epsilon"]: h["available"]
-            for h in api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full").json()["attributes"][0]["histogram"]}
+    response = api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full")
+    hist = {h["epsilon"]: h["available"] for h in response.json()["attributes"][0]["histogram"]}
     assert hist["0.500000"] == 60 - 5 - 3
     assert hist["0.600000"] == 60 - 5 - 3 - 10
     assert hist["2.000000"] == 60 - 5 - 3 - 10

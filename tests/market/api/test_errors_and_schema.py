@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from tests.market.api.conftest import PROBLEM, assert_problem, client_for
 from tests.factories import PASSWORD
+from tests.market.api.conftest import PROBLEM, assert_problem, client_for
 
 pytestmark = pytest.mark.django_db
 

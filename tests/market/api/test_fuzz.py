@@ -1,4 +1,5 @@
-"""Every operation of the OpenAPI schema fuzzed with schemathesis: no input makes a 5xx (docs/quality-targets.md#reliability).
+"""Every operation of the OpenAPI schema fuzzed with schemathesis: no input makes a 5xx
+(docs/quality-targets.md#reliability).
 
 The schema is loaded in-process from the Django WSGI application (``/api/schema/``) and every operation it
 declares is fuzzed -- new endpoints are picked up without touching this file.  The data is real, so that the
@@ -39,20 +40,34 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from knox.models import AuthToken
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
-                                               response_schema_conformance, status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
-from market import quotes as market_quotes
-from market import oneshot, selectors
-from market.models import Value
 from ldpmarket.api import KEY_RE
-from market.purchases import purchase_claim, purchase_execute
-from market.services import values_create_many
+from market import selectors
+from market.models import Value
+from market.purchases import oneshot, oneshot_specs
+from market.purchases import quotes as market_quotes
+from market.purchases.execution import purchase_claim, purchase_execute
+from market.values.services import values_create_many
+from tests.factories import (
+    AuditorFactory,
+    BinaryAttributeFactory,
+    BuyerFactory,
+    CategoricalAttributeFactory,
+    DatasetFactory,
+    GraphAttributeFactory,
+    NumericAttributeFactory,
+    OwnerFactory,
+    StaffFactory,
+    StringAttributeFactory,
+    UrrAttributeFactory,
+)
 from tests.market.api.conftest import LABELS, POLICY, client_for, contribute, fund
-from tests.factories import (AuditorFactory, BinaryAttributeFactory, BuyerFactory, CategoricalAttributeFactory,
-                             DatasetFactory, GraphAttributeFactory, NumericAttributeFactory, OwnerFactory,
-                             StaffFactory, StringAttributeFactory, UrrAttributeFactory)
-from market import oneshot_specs
 
 # One test item (schemathesis runs each operation as a subtest of it); a hard time limit if the machine crawls.
 pytestmark = [pytest.mark.django_db(transaction=True, reset_sequences=True), pytest.mark.timeout(600)]

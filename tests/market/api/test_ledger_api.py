@@ -1,14 +1,15 @@
-"""The ledger's public transparency API (accounts/ledger_api.py, docs/budget-rules.md#checkpoints): the signing
+"""The ledger's public transparency API (accounts/ledger/api.py, docs/budget-rules.md#checkpoints): the signing
 key, the signed checkpoints and consistency proofs, checked the way an outsider would, with the public key and
-``ldpmarket.merkle`` only."""
+``accounts.ledger.merkle`` only."""
 from __future__ import annotations
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from accounts.checkpoints import checkpoint_make
+from accounts.ledger import merkle
+from accounts.ledger import signing as ledger_key
+from accounts.ledger.checkpoints import checkpoint_make
 from accounts.services import budget_set_paused
-from ldpmarket import ledger_key, merkle
 from tests.factories import CategoricalAttributeFactory, contribute
 from tests.market.api.conftest import assert_problem, client_for
 

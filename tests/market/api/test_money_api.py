@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, TopUp, User
-from accounts.money import earnings_settle
+from accounts.money.services import earnings_settle
 from accounts.roles import grant_role
 from tests.factories import StaffFactory
 
@@ -40,7 +40,7 @@ def test_statement_lists_every_movement_newest_first_with_signed_amounts(api, bu
 
 
 def test_statement_pages_by_cursor_and_filters_by_time(api, buyer):
-    from accounts.money import money_topup
+    from accounts.money.services import money_topup
 
     for i in range(5):
         money_topup(buyer=buyer, amount="1.00", reason=f"r{i}", by=None)
@@ -57,7 +57,8 @@ def test_statement_pages_by_cursor_and_filters_by_time(api, buyer):
     # an offset Python reads but PostgreSQL refuses (beyond +-15:59) is compared in UTC, not a 500 (schemathesis
     # found it): 2000-01-01T00:00+16:00 is 1999-12-31T08:00Z, before every movement
     far = api.get("/api/v1/account/statement/", {"since": "2000-01-01T00:00:00+16:00"})
-    assert far.status_code == 200 and len(far.json()["results"]) == MoneyEntry.objects.filter(account__user=buyer).count()
+    assert far.status_code == 200
+    assert len(far.json()["results"]) == MoneyEntry.objects.filter(account__user=buyer).count()
 
 
 def test_owner_sees_earnings(categorical, api):

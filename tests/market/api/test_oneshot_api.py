@@ -14,12 +14,18 @@ import pytest
 
 from accounts.models import BudgetAccount, LedgerEntry, MoneyAccount, Settlement
 from market.models import Purchase, PurchaseChunk, Value
-from market.pricing import PricePolicy
-from market.services import value_delete_raw, value_set_pum_tag
+from market.purchases.pricing import PricePolicy
+from market.values.services import value_delete_raw, value_set_pum_tag
 from mechanisms import surveys
+from tests.factories import (
+    BinaryAttributeFactory,
+    DistributionAttributeFactory,
+    GraphAttributeFactory,
+    TernaryAttributeFactory,
+    UrapAttributeFactory,
+    UrrAttributeFactory,
+)
 from tests.market.api.conftest import POLICY, assert_problem, client_for, contribute, credit
-from tests.factories import (BinaryAttributeFactory, DistributionAttributeFactory, GraphAttributeFactory,
-                             TernaryAttributeFactory, UrapAttributeFactory, UrrAttributeFactory)
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +66,8 @@ def post(client, path, body, key=None):
 
 
 def test_catalog_describes_the_oneshot_attributes(api, oneshot):
-    attrs = {a["mechanism"]: a for d in api.get("/api/v1/datasets/?histogram=full").json()["results"] for a in d["attributes"]}
+    attrs = {a["mechanism"]: a for d in api.get("/api/v1/datasets/?histogram=full").json()["results"]
+             for a in d["attributes"]}
     assert attrs["urr"]["sensitive"] == ["a", "b"] and attrs["urr"]["pum_tags"] == ["home", "work"]
     assert attrs["urr"]["labels"] == ["a", "b", "c", "d", "e"]
     assert attrs["rr3"]["kind"] == "ternary" and attrs["rr3"]["labels"] == ["none", "plus", "minus"]
@@ -175,7 +182,8 @@ def test_two_purchases_compose_additively_through_the_api(api, oneshot):
     problem = assert_problem(post(api, "/api/v1/purchases/", {"attribute": attribute.id, "epsilon": "0.1"}), 400)
     # the ceiling (5) is not below 0.1: the 5 already spent leaves no remaining budget, and the problem says so
     assert (problem["excluded"]["ceiling"], problem["excluded"]["budget"]) == (0, 40)
-    assert "40 have too little budget remaining" in problem["detail"] and "0 have a ceiling below it" in problem["detail"]
+    assert "40 have too little budget remaining" in problem["detail"]
+    assert "0 have a ceiling below it" in problem["detail"]
 
 
 BAD = [

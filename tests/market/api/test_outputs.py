@@ -7,9 +7,10 @@ import io
 import numpy as np
 import pytest
 
-from market import purchases, selectors
+from market import selectors
 from market.models import Purchase, PurchaseChunk, Value
-from market.pseudonyms import pseudonym, pseudonyms
+from market.purchases import execution as purchases
+from market.purchases.pseudonyms import pseudonym, pseudonyms
 from mechanisms import estimators
 from tests.market.api.conftest import assert_problem, buy, client_for
 

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 
 from accounts.models import MoneyEntry
-from market import purchases
 from market.models import Purchase
+from market.purchases import execution as purchases
 from tests.market.api.conftest import PROBLEM, buy, credit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

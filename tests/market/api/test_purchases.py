@@ -9,14 +9,14 @@ import pytest
 from django.db import connection
 
 from accounts.models import MoneyAccount, MoneyEntry, Settlement
-from market import progress
 from market import selectors
-from market.eligible import held_epsilons
 from market.models import Purchase, Value
-from market.pricing import PricePolicy
-from market.purchases import fingerprint
-from tests.market.api.conftest import POLICY, assert_problem, buy, client_for, contribute, credit, fund
+from market.purchases import progress
+from market.purchases.eligibility import held_epsilons
+from market.purchases.execution import fingerprint
+from market.purchases.pricing import PricePolicy
 from tests.factories import BuyerFactory, CategoricalAttributeFactory
+from tests.market.api.conftest import POLICY, assert_problem, buy, client_for, contribute, credit, fund
 
 pytestmark = pytest.mark.django_db
 

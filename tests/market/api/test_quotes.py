@@ -10,12 +10,12 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import BudgetAccount
-from market import services
 from market.models import Purchase, Value
-from market.pricing import PricePolicy
+from market.purchases.pricing import PricePolicy
+from market.values import services
 from mechanisms import estimators, rr
-from tests.market.api.conftest import POLICY, assert_problem, buy, contribute
 from tests.factories import CategoricalAttributeFactory
+from tests.market.api.conftest import POLICY, assert_problem, buy, contribute
 
 pytestmark = pytest.mark.django_db
 

@@ -27,8 +27,8 @@ from django.urls import reverse
 from accounts.models import LedgerEntry, User
 from accounts.roles import grant_role
 from market.models import Purchase, Value
-from tests.market.api.conftest import PROBLEM, buy, client_for
 from tests.factories import AuditorFactory, BuyerFactory, OwnerFactory, StaffFactory, fund
+from tests.market.api.conftest import PROBLEM, buy, client_for
 
 pytestmark = pytest.mark.django_db
 

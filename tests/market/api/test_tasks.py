@@ -8,11 +8,10 @@ from django.db import OperationalError
 
 from market import selectors
 from market.models import Purchase
-from market.purchases import purchase_claim
+from market.purchases.execution import purchase_claim
 from market.tasks import run_purchase
-from tests.market.api.conftest import credit, fund
 from tests.factories import BuyerFactory
-from market import eligible
+from tests.market.api.conftest import credit, fund
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +55,7 @@ def test_database_errors_are_retried_then_recorded(buyer, categorical, monkeypat
         calls.append(1)
         raise OperationalError("connection lost")
 
-    monkeypatch.setattr("market.purchases.purchase_execute", flaky)  # what pipeline.purchase_run runs
+    monkeypatch.setattr("market.purchases.execution.purchase_execute", flaky)  # what pipeline.purchase_run runs
     monkeypatch.setitem(run_purchase.app.conf, "task_eager_propagates", False)  # let eager retries chain
     result = run_purchase.apply(args=[purchase.id])
     assert isinstance(result.result, OperationalError)
@@ -66,13 +65,13 @@ def test_database_errors_are_retried_then_recorded(buyer, categorical, monkeypat
 
 
 def test_eligible_count_agrees_with_the_purchase_rules(categorical):
-    """The SQL count that sizes a purchase equals ``eligible.candidates(...).eligible`` at every epsilon."""
+    """The SQL count that sizes a purchase equals ``eligibility.candidates(...).eligible`` at every epsilon."""
     from django.utils import timezone
 
     from accounts.epsilon import to_micro
     from accounts.models import BudgetAccount
     from market.models import Value
-    from market.eligible import candidates
+    from market.purchases.eligibility import candidates
 
     values = list(Value.objects.filter(attribute=categorical).order_by("id"))
     BudgetAccount.objects.filter(value__in=values[:10]).update(ceiling=Decimal("0.75"), chain_loss=Decimal("0.5"))

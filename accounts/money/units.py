@@ -1,0 +1,31 @@
+"""The money unit, one definition (docs/money.md#amounts).
+
+Every amount is held exactly as an integer number of units of 1/10000 (``UNITS`` per 1.0; balances and entries
+are ``NUMERIC(16, 4)``); ``UNIT`` is one of them as a Decimal.  A ``CENT`` (0.01) is the smallest amount a top-up
+or a payout moves: buyers and owners deal in whole cents, prices and owners' shares in units.
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db.models import BigIntegerField, F
+from django.db.models.functions import Cast, Round
+
+#: Money units per 1.0 of the currency.
+UNITS = 10_000
+#: One money unit (0.0001): the precision of every balance, price and share.
+UNIT = Decimal(1) / UNITS
+#: A cent (0.01): top-ups and payouts move whole cents.
+CENT = Decimal("0.01")
+#: The largest amount one movement may carry (balances are NUMERIC(16, 4)).
+MAX_AMOUNT = Decimal("1000000000.00")
+
+
+def units_to_decimal(units: int) -> Decimal:
+    """An integer number of units as the exact Decimal amount (4 places)."""
+    return (Decimal(int(units)) / UNITS).quantize(UNIT)
+
+
+def micro_units(field: str):
+    """A money column in integer units, computed in SQL."""
+    return Cast(Round(F(field) * UNITS), BigIntegerField())
