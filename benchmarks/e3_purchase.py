@@ -312,14 +312,14 @@ PROBES = [
     ("market.purchases.releases", None, "_inputs_for_extension", "inputs for extension"),
     ("market.chains.sets", None, "at", "bridge (chainsets.at)"),
     ("market.purchases.releases", None, "held_epsilons", "holdings derived (held_epsilons)"),
-    ("market.purchases", None, "_lock_money", "money accounts (_lock_money)"),
+    ("accounts.money.purchase", None, "_lock_money", "money accounts (_lock_money)"),
     ("market.chains.store", None, "store", "seal + write points (chainstore.store)"),
     ("market.purchases.releases", None, "_raise_chain_loss", "update budgets (_raise_chain_loss)"),
-    ("market.purchases", None, "move_money", "money movements (move_money)"),
-    ("market.purchases", None, "_write_chunks", "write outputs (_write_chunks)"),
-    ("accounts.ledger", None, "append", "ledger block + compact rows (ledger.append)"),
+    ("market.purchases.execution", None, "move_money", "money movements (move_money)"),
+    ("market.purchases.execution", None, "_write_chunks", "write outputs (_write_chunks)"),
+    ("accounts.ledger.hashchain", None, "append", "ledger block + compact rows (ledger.append)"),
     ("ldpmarket.storage", None, "check_deferred_constraints", "deferred row checks (check_deferred_constraints)"),
-    ("market.purchases", None, "credit_platform", "platform fee (credit_platform)"),
+    ("market.purchases.execution", None, "credit_platform", "platform fee (credit_platform)"),
 ]
 #: Names of the gaps between consecutive probes (inline code of purchase_execute), by the probe that follows.
 GAPS = {
@@ -608,8 +608,8 @@ def _profile(attribute_id: int, n: int, top: int = 18) -> dict:
         rows.append({"function": f"{_short_path(filename)}:{line}({func})", "calls": nc, "tottime": tt,
                      "cumtime": ct})
     by_own = sorted(rows, key=lambda r: -r["tottime"])[:top]
-    wanted = ("purchases.py", "releases.py", "chainsets.py", "chainstore.py", "sealing.py", "storage.py", "ledger.py",
-              "pricing.py")
+    wanted = ("execution.py", "releases.py", "sets.py", "store.py", "sealing.py", "storage.py", "hashchain.py",
+              "pricing.py", "purchase.py")
     by_cum = sorted((r for r in rows if any(w in r["function"] for w in wanted)), key=lambda r: -r["cumtime"])[:top]
     return {"n": n, "seconds_under_profile": total, "top_own_time": by_own, "top_cumulative_in_service": by_cum,
             "deferred_fk_check_seconds": deferred.get("seconds"), "deferred_fk_constraints": constraints}

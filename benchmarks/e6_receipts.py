@@ -206,16 +206,17 @@ def _checkpoint_probed() -> tuple[float, object, dict]:
     """``checkpoint_make()`` timed, with its phases."""
     from django.db import connection
 
-    from accounts.ledger import hashchain as ledger
+    from accounts.ledger import checkpoints, leaves
     from accounts.ledger import signing as ledger_key
     from accounts.ledger.checkpoints import checkpoint_make
 
     pr = _Probes()
-    pr.wrap(ledger, "records_at", READ)
-    pr.wrap(ledger, "canonical_records", REHASH)
-    pr.wrap(ledger, "chunk_roots", TREE)
-    pr.wrap(ledger, "entry_leaf_hashes", LEAVES, nested=True)
-    pr.wrap(ledger, "log_leaf_hashes", LOG)
+    # each function wrapped where its caller looks it up (block_tree in leaves, checkpoint_make in checkpoints)
+    pr.wrap(leaves, "records_at", READ)
+    pr.wrap(leaves, "canonical_records", REHASH)
+    pr.wrap(leaves, "chunk_roots", TREE)
+    pr.wrap(leaves, "entry_leaf_hashes", LEAVES, nested=True)
+    pr.wrap(checkpoints, "log_leaf_hashes", LOG)
     pr.wrap(ledger_key, "sign", SIGN)
     try:
         with connection.execute_wrapper(pr.records_sql(READ, READ_SQL)):
@@ -240,12 +241,11 @@ R_OTHER = "other (checkpoint, entries query, leaves query, receipts as JSON)"
 
 
 def _bundle_probed(value_ids) -> dict:
-    from accounts.ledger import hashchain as ledger
     from accounts.ledger import receipts
 
     pr = _Probes()
     pr.wrap(receipts, "_entry_proofs", R_PROOFS)
-    pr.wrap(ledger, "records_at", R_CHUNKS, nested=True)
+    pr.wrap(receipts, "records_at", R_CHUNKS, nested=True)
     pr.wrap(receipts, "_log_tree", R_LOG)
     try:
         start = time.perf_counter()
