@@ -10,7 +10,6 @@ import numpy as np
 
 from accounts.ledger import hashchain
 from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
-from accounts.money.units import UNITS as MONEY_UNITS  # noqa: F401 (the audit's name for it)
 from mechanisms import registry
 
 KINDS = list(LedgerEntry.Kind.values)

@@ -14,8 +14,9 @@ from django.conf import settings
 
 from accounts.epsilon import from_micro
 from accounts.ledger import hashchain as ledger
+from accounts.money.units import UNITS as MONEY_UNITS
 
-from .codes import GUARANTEES, MECHANISMS, MONEY_UNITS, STATUSES
+from .codes import GUARANTEES, MECHANISMS, STATUSES
 
 SECTIONS = ("Hash chain", "Checkpoints", "Budget replay", "Budgets and values", "Chains", "Purchases", "Money")
 

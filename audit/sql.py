@@ -17,10 +17,9 @@ from django.db import connection, transaction
 from django.db.models import CharField, F, Func, Value
 
 from accounts.epsilon import MICRO
+from accounts.money.units import UNITS as MONEY_UNITS
 from ldpmarket import storage
 from market.chains.pgcopy import copy_out, parse_rows
-
-from .codes import MONEY_UNITS
 
 
 def postgresql() -> bool:

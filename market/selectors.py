@@ -30,12 +30,13 @@ from django.utils import timezone
 
 from accounts.epsilon import from_micro, to_micro
 from accounts.models import BudgetAccount
+from accounts.money.units import units_to_decimal
 from ldpmarket import problems
 from market.chains import store
 from market.purchases import eligibility as eligible
 from market.purchases import oneshot_specs, oneshot_stats
 from market.purchases.eligibility import candidates, held_epsilons, micro
-from market.purchases.pricing import PricePolicy, units_to_decimal
+from market.purchases.pricing import PricePolicy
 from market.values import inputs as domain
 from market.values import sealing
 from market.values.inputs import PredictedError

@@ -27,13 +27,14 @@ from accounts.locks import Lock
 from accounts.locks import take as take_lock
 from accounts.models import User
 from accounts.money.purchase import credit_platform, lock_payment, move_money
+from accounts.money.units import units_to_decimal
 from ldpmarket import jobs, pgbinary, storage
 from ldpmarket.problems import (
     IdempotencyConflict,
     PurchaseError,
 )
 from market.models import Attribute, Purchase, PurchaseChunk
-from market.purchases.pricing import PolicyError, PricePolicy, units_to_decimal
+from market.purchases.pricing import PolicyError, PricePolicy
 from market.purchases.releases import release_of
 from market.values import sealing
 

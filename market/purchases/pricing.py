@@ -18,7 +18,7 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 import numpy as np
 
 from accounts.epsilon import MICRO, from_micro, parse
-from accounts.money.units import UNIT, UNITS, units_to_decimal  # noqa: F401 (units_to_decimal: the price of a purchase, for its callers)
+from accounts.money.units import UNIT, UNITS
 from ldpmarket.problems import PolicyError
 
 DEFAULT_POLICY = {"points": [["0", "0"], ["1", "0.01"], ["10", "0.05"]], "owner_share": "0.8"}

@@ -13,13 +13,14 @@ import time
 from decimal import Decimal
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 
 from accounts import services as budget_services
 from accounts.models import LedgerBlock, LedgerHead, User
 from audit.budget_audit import audit_budgets
 from market.models import Attribute, Dataset
 from market.values import services
+from tests.market.test_purchase_concurrency import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -33,26 +34,6 @@ def owners_values():
     values = services.values_create_many(attribute=attribute, owners=owners, raws=[i % 2 for i in range(20)],
                                          ceiling="1.0")
     return attribute, values
-
-
-def _threads(targets, timeout=120):
-    errors = []
-
-    def run(target):
-        try:
-            target()
-        except Exception as exc:  # noqa: BLE001 - collected and asserted by the test
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a writer hung"
-    return errors
 
 
 def _shard_is_one_chain(shard: int) -> None:
@@ -86,7 +67,7 @@ def test_append_after_a_lock_wait_chains_to_the_block_just_committed(owners_valu
         time.sleep(1.0)
         release_a.set()
 
-    errors = _threads([writer_a, writer_b, release])
+    errors = run_concurrently([writer_a, writer_b, release])
     assert errors == []
     _shard_is_one_chain(attribute.id)
     report = audit_budgets()
@@ -98,16 +79,14 @@ def test_twenty_owners_pausing_and_resuming_at_once(owners_values):
     error, one unbroken chain of 60 new blocks."""
     attribute, values = owners_values
     before = LedgerHead.objects.get(shard=attribute.id).blocks
-    barrier = threading.Barrier(len(values))
 
     def owner(value_id):
-        def act():
-            barrier.wait(60)
+        def act():  # the owners start together (run_concurrently's barrier)
             for paused in (True, False, True):
                 budget_services.budget_set_paused(value_id=value_id, paused=paused)
         return act
 
-    errors = _threads([owner(v.id) for v in values])
+    errors = run_concurrently([owner(v.id) for v in values])
     assert errors == []
     assert LedgerHead.objects.get(shard=attribute.id).blocks == before + 3 * len(values)
     _shard_is_one_chain(attribute.id)

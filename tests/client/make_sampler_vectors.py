@@ -19,12 +19,13 @@ checked-in file instead of writing it).  The output is deterministic (fixed seed
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import sys
 from pathlib import Path
+
+from tests.vector_files import write_or_check
 
 PATH = Path(__file__).resolve().parents[1] / "data" / "sampler_vectors.json"
 U64_MAX = (1 << 64) - 1
@@ -236,20 +237,11 @@ def dumps(data: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the checked-in file, write nothing")
-    args = parser.parse_args(argv)
-    text = dumps(generate())
-    if args.check:
-        same = PATH.exists() and PATH.read_text() == text
-        print("up to date" if same else f"{PATH} differs from a fresh generation")
-        return 0 if same else 1
-    PATH.parent.mkdir(parents=True, exist_ok=True)
-    PATH.write_text(text)
-    data = json.loads(text)
-    print(f"wrote {PATH}: {len(data['cases'])} cases, {len(data['laws'])} laws, {len(data['steps'])} steps, "
-          f"{len(text.encode())} bytes")
-    return 0
+    def describe(text: str) -> str:
+        data = json.loads(text)
+        return f"{len(data['cases'])} cases, {len(data['laws'])} laws, {len(data['steps'])} steps"
+
+    return write_or_check(PATH, dumps(generate()), doc=__doc__, describe=describe, argv=argv)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,13 @@ checked-in file instead of writing it).  No database, no Django settings.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
 import sys
 from pathlib import Path
+
+from tests.vector_files import write_or_check
 
 PATH = Path(__file__).resolve().parents[1] / "data" / "receipt_vectors.json"
 ID_SHIFT = 2 ** 24
@@ -409,21 +410,13 @@ def dumps(data: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the checked-in file, write nothing")
-    args = parser.parse_args(argv)
-    text = dumps(generate())
-    if args.check:
-        same = PATH.exists() and PATH.read_text() == text
-        print("up to date" if same else f"{PATH} differs from a fresh generation")
-        return 0 if same else 1
-    PATH.parent.mkdir(parents=True, exist_ok=True)
-    PATH.write_text(text)
-    data = json.loads(text)
-    print(f"wrote {PATH}: {len(data['bundles'])} bundles, {len(data['cases'])} cases, "
-          f"{len(data['merkle']['inclusion'])} inclusion and {len(data['merkle']['consistency'])} consistency "
-          f"proofs, {len(text.encode())} bytes")
-    return 0
+    def describe(text: str) -> str:
+        data = json.loads(text)
+        return (f"{len(data['bundles'])} bundles, {len(data['cases'])} cases, "
+                f"{len(data['merkle']['inclusion'])} inclusion and {len(data['merkle']['consistency'])} consistency "
+                f"proofs")
+
+    return write_or_check(PATH, dumps(generate()), doc=__doc__, describe=describe, argv=argv)
 
 
 if __name__ == "__main__":
