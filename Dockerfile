@@ -15,8 +15,9 @@ RUN pip install -r requirements.txt
 
 COPY . .
 
-# The Python client (ldpmarket_client, client/): load_demo draws the owner-held demo values' chains with the owner
-# SDK's sampler, the code an owner's device runs (docs/custody.md). It brings requests and platformdirs.
+# The Python client (ldpmarket_client, client/): the service signs and checks its checkpoints with its C2SP formats
+# (ldpmarket_client.tlog, docs/receipts.md#checkpoints-as-signed-notes), and load_demo draws the owner-held demo
+# values' chains with the owner SDK's sampler, the code an owner's device runs (docs/custody.md).
 RUN pip install ./client
 
 # Static files for whitenoise. collectstatic needs settings to load but touches no database and no key

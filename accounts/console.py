@@ -157,6 +157,23 @@ class ReadOnlyAdmin(AuditMixin, IdSearchMixin, admin.ModelAdmin):
     show_full_result_count = False
 
 
+class ReadOnlyInline(admin.TabularInline):
+    """A change page's rows of a related model, shown and never added, changed or deleted (``fields`` are all
+    read-only)."""
+
+    extra = 0
+    can_delete = False
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 def admin_link(model: str, pk, text=None):
     if pk is None:
         return "-"

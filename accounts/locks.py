@@ -47,6 +47,8 @@ class Lock(IntEnum):
     PLATFORM = 100
     #: The checkpoint log (``accounts.ledger.checkpoints``), in transactions of its own.
     CHECKPOINT_LOG = 110
+    #: A witness's row (``accounts.ledger.witnesses``: recording its answer), in transactions of its own.
+    WITNESS = 120
 
 
 def _transaction_key(connection):

@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractUser
 from django.db import models, transaction
 from django.db.models import F, Q
-from django.db.models.functions import Round
+from django.db.models.functions import Length, Round
+from django.db.models.lookups import Exact
 
 from accounts.money.format import format_money
 from ldpmarket.storage import Int64ArrayField, value_ranges_overlap
@@ -172,6 +173,11 @@ class LedgerCheckpoint(models.Model):
     root_hash = models.CharField(max_length=64)
     key_id = models.CharField(max_length=64, help_text="SHA-256 of the raw Ed25519 public key that signed it.")
     signature = models.CharField(max_length=128, help_text="Ed25519 signature (hex) of the signed statement.")
+    note = models.TextField(
+        blank=True, default="",
+        help_text="The checkpoint as a C2SP signed note (docs/receipts.md#checkpoints-as-signed-notes): origin, tree "
+                  "size and base64 root, a blank line, the log's signature lines.  Empty for checkpoints made "
+                  "before signed notes (they carry only the statement signature above).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tree_size"], name="ledger_checkpoint_tree_size_unique")]
@@ -202,6 +208,9 @@ class LedgerCheckpointLeaf(models.Model):
     block_created_at = models.DateTimeField(null=True, blank=True)
     entries_root = models.CharField(max_length=64, blank=True, default="")
     chunk_roots = models.BinaryField(null=True, blank=True)
+    #: The leaf format (docs/receipts.md#block-leaf-data-135-bytes): 1, entry leaves hash the entry data alone; 2,
+    #: entry leaves are blinded with a per-entry secret given only to the entry's owner and auditors.
+    version = models.PositiveSmallIntegerField(default=1)
 
     class Meta:
         constraints = [
@@ -212,11 +221,97 @@ class LedgerCheckpointLeaf(models.Model):
                 | Q(block_id__isnull=False, entry_count__gte=1, block_created_at__isnull=False,
                     chunk_roots__isnull=False) & ~Q(entries_root=""),
                 name="ledger_checkpoint_leaf_kind"),
+            # leaf versions (docs/receipts.md#entry-data): shard-head leaves are version 1
+            models.CheckConstraint(condition=Q(version__in=[1, 2]) & (Q(block_id__isnull=False) | Q(version=1)),
+                                   name="ledger_checkpoint_leaf_version"),
         ]
 
     def __str__(self) -> str:
         what = f"block #{self.block_id}" if self.block_id is not None else "head"
         return f"Checkpoint leaf {self.index}: shard {self.shard} at {self.blocks} blocks ({what})"
+
+
+class LedgerLogKey(models.Model):
+    """A key that has signed the ledger's checkpoints (docs/receipts.md#rotating-the-log-key): the published key
+    history.  ``first_size`` and ``last_size`` are the tree sizes of the first and latest checkpoint it signed;
+    ``retired_at`` is set once it is no longer in ``LDP_LEDGER_SIGNING_KEYS`` (it signs no new checkpoint, and
+    what it signed keeps verifying with it)."""
+
+    vkey = models.CharField(max_length=400, unique=True, help_text="The C2SP verifier key (type 0x01).")
+    public_key = models.CharField(max_length=64, unique=True, help_text="The raw Ed25519 public key, hex.")
+    key_id = models.CharField(max_length=64, unique=True,
+                              help_text="SHA-256 of the raw public key (the statement signatures' key id).")
+    first_size = models.PositiveBigIntegerField()
+    last_size = models.PositiveBigIntegerField()
+    added_at = models.DateTimeField()
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(first_size__lte=F("last_size")),
+                                              name="ledger_log_key_sizes")]
+
+    def __str__(self) -> str:
+        return f"Log key {self.vkey.split('+')[1] if '+' in self.vkey else self.key_id[:8]}"
+
+
+class LedgerTile(models.Model):
+    """A full tile of the checkpoint log served as a C2SP tiled log (docs/receipts.md#the-tiled-log): the 256
+    hashes ``MTH(D[(256 index + i) 256^level : (256 index + i + 1) 256^level])``, ``i = 0 .. 255``, concatenated
+    (8,192 bytes).  The log only grows, so a full tile never changes: it is computed once
+    (``accounts.ledger.tiles``) and stored; partial tiles are not stored."""
+
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hashes = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["level", "index"], name="ledger_tile_unique"),
+            models.CheckConstraint(condition=Q(level__lte=63, index__gte=0), name="ledger_tile_position"),
+            models.CheckConstraint(condition=Exact(Length("hashes"), 8192), name="ledger_tile_full"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Ledger tile {self.level}/{self.index}"
+
+
+class LedgerWitness(models.Model):
+    """A witness this log submits its checkpoints to (docs/receipts.md#witnesses): one ``witness`` line of the
+    ``LDP_WITNESS_POLICY`` file, by its verifier key, with what the log knows of it.
+
+    ``size`` is the tree size the witness last cosigned, as far as the log knows (from a 200, or from a 409's
+    body); ``last_status`` / ``last_error`` the answer to the latest submission; ``failures`` the submissions
+    that failed in a row (the retry backoff grows with it); ``next_attempt_at`` when the next may be made."""
+
+    vkey = models.CharField(max_length=400, unique=True)
+    name = models.CharField(max_length=200)
+    url = models.CharField(max_length=500, blank=True, default="")
+    size = models.PositiveBigIntegerField(default=0)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"Witness {self.name}"
+
+
+class LedgerCosignature(models.Model):
+    """A witness's cosignature of a checkpoint (C2SP tlog-cosignature, Ed25519, type 0x04): the signature line as
+    the witness returned it, verified against its key before it is stored, appended to the served checkpoint."""
+
+    checkpoint = models.ForeignKey(LedgerCheckpoint, on_delete=models.PROTECT, related_name="cosignatures")
+    witness = models.ForeignKey(LedgerWitness, on_delete=models.PROTECT, related_name="cosignatures")
+    timestamp = models.PositiveBigIntegerField(help_text="The cosignature's time, POSIX seconds.")
+    line = models.TextField(help_text="The note signature line, without its newline.")
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["checkpoint", "witness"], name="ledger_cosignature_once")]
+
+    def __str__(self) -> str:
+        return f"Cosignature of checkpoint #{self.checkpoint_id} by {self.witness.name}"
 
 
 class LedgerKind(models.TextChoices):

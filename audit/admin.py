@@ -20,8 +20,17 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from accounts.console import IdFilter, ReadOnlyAdmin, admin_link, id_filter, plain_epsilon
-from accounts.models import LedgerBlock, LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry, LedgerHead
+from accounts.console import IdFilter, ReadOnlyAdmin, ReadOnlyInline, admin_link, id_filter, plain_epsilon
+from accounts.models import (
+    LedgerBlock,
+    LedgerCheckpoint,
+    LedgerCheckpointLeaf,
+    LedgerCosignature,
+    LedgerEntry,
+    LedgerHead,
+    LedgerLogKey,
+    LedgerWitness,
+)
 from accounts.roles import can_audit
 from ldpmarket.numbers import NumberError, as_id, parse_ascii_int
 from market.models import Attribute
@@ -193,28 +202,55 @@ class LedgerBlockAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">the {} entries of this block</a>', url, obj.entry_count)
 
 
-class CheckpointLeafInline(admin.TabularInline):
+class CheckpointLeafInline(ReadOnlyInline):
     model = LedgerCheckpointLeaf
     fields = ("index", "shard", "blocks", "head_hash", "block_id", "entry_count", "entries_root")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
+class CosignatureInline(ReadOnlyInline):
+    """The witnesses' cosignatures of a checkpoint (docs/receipts.md#witnesses)."""
+
+    model = LedgerCosignature
+    fields = ("witness", "timestamp", "received_at", "line")
+
+
+@admin.register(LedgerWitness)
+class LedgerWitnessAdmin(ReadOnlyAdmin):
+    """The witnesses of ``LDP_WITNESS_POLICY`` and their latest answers (docs/receipts.md#witnesses): a refusal
+    (403, 404, 422) also fails the budget audit."""
+
+    list_display = ("name", "url", "size", "last_status", "failures", "last_attempt_at", "next_attempt_at",
+                    "short_error")
+    ordering = ("name",)
+    fields = ("name", "vkey", "url", "size", "last_status", "last_error", "failures", "last_attempt_at",
+              "next_attempt_at")
+
+    @admin.display(description="last error")
+    def short_error(self, obj):
+        return (obj.last_error[:80] + "...") if len(obj.last_error) > 80 else (obj.last_error or "-")
+
+
+@admin.register(LedgerLogKey)
+class LedgerLogKeyAdmin(ReadOnlyAdmin):
+    """The keys that have signed the ledger's checkpoints (docs/receipts.md#rotating-the-log-key)."""
+
+    list_display = ("vkey", "first_size", "last_size", "added_at", "retired_at")
+    ordering = ("-first_size",)
+    fields = ("vkey", "public_key", "key_id", "first_size", "last_size", "added_at", "retired_at")
 
 
 @admin.register(LedgerCheckpoint)
 class LedgerCheckpointAdmin(ReadOnlyAdmin):
     """Signed checkpoints of the ledger (docs/budget-rules.md#checkpoints), with the leaves each appended."""
 
-    list_display = ("id", "created_at", "tree_size", "short_root", "short_key")
+    list_display = ("id", "created_at", "tree_size", "short_root", "short_key", "cosigned_by")
     ordering = ("-tree_size",)
-    fields = ("id", "created_at", "tree_size", "root_hash", "key_id", "signature")
-    inlines = [CheckpointLeafInline]
+    fields = ("id", "created_at", "tree_size", "root_hash", "key_id", "signature", "note")
+    inlines = [CosignatureInline, CheckpointLeafInline]
+
+    @admin.display(description="witnessed by")
+    def cosigned_by(self, obj):
+        return ", ".join(obj.cosignatures.order_by("witness__name").values_list("witness__name", flat=True)) or "-"
 
     @admin.display(description="root hash")
     def short_root(self, obj):

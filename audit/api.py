@@ -9,13 +9,17 @@ staff and superusers may read it; it has no write method at all.
 """
 from __future__ import annotations
 
+import base64
+
 from django.db.models import F
 from django.urls import path
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, generics, permissions, serializers
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.ledger.entries import MAX_PAGE, block_entries
 from accounts.ledger.receipts_http import ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.models import LedgerEntry
 from accounts.roles import can_audit
@@ -83,6 +87,55 @@ class LedgerEntryList(generics.ListAPIView):
         buyer_id=F("purchase__buyer_id"), purchase_mechanism=F("purchase__mechanism")).order_by("id")
 
 
+class BlockEntriesQuery(serializers.Serializer):
+    start = StrictIntegerField(min_value=0, required=False, default=0,
+                               help_text="The position of the first entry to give (0: the block's first).")
+    limit = StrictIntegerField(min_value=1, max_value=MAX_PAGE, required=False, default=1000,
+                               help_text=f"How many entries to give (at most {MAX_PAGE}).")
+
+
+class BlockEntrySerializer(serializers.Serializer):
+    position = serializers.IntegerField(help_text="The entry's position in its block.")
+    id = serializers.IntegerField(help_text="The entry's id (block id * 2^24 + position).")
+    data = serializers.SerializerMethodField(help_text=(
+        "The entry's leaf data, base64: SHA-256(0x00 || data) is its leaf in the block's entry tree "
+        "(docs/receipts.md#entry-data). Version 2 holds the entry's blinding key."))
+
+    def get_data(self, obj) -> str:
+        return base64.b64encode(obj["data"]).decode()
+
+
+class BlockEntriesSerializer(serializers.Serializer):
+    block = serializers.IntegerField()
+    shard = serializers.IntegerField()
+    hash = serializers.CharField(help_text="The block's hash (hex).")
+    entry_count = serializers.IntegerField()
+    version = serializers.IntegerField(help_text="The leaf version of the block's entries (1 or 2).")
+    log_index = serializers.IntegerField(allow_null=True, help_text="The block's leaf in the checkpoint log; null "
+                                                                    "before a checkpoint covers it.")
+    start = serializers.IntegerField()
+    entries = BlockEntrySerializer(many=True)
+    next = serializers.IntegerField(allow_null=True, help_text="The next page's start; null after the last entry.")
+
+
+@extend_schema(summary="A block's entries as its entry tree hashes them", parameters=[BlockEntriesQuery],
+               responses={200: BlockEntriesSerializer, **problems(400, 401, 403, 404, 429)})
+class BlockEntriesView(APIView):
+    """A ledger block's entries as leaf data, for auditors and staff (docs/receipts.md#the-monitor): whoever holds
+    them recomputes the block's entries root, which the checkpoint log's block leaf states, and replays the budget
+    rules on every entry (``ldpmarket-client monitor``)."""
+
+    permission_classes = [permissions.IsAuthenticated, CanAudit]
+
+    def get(self, request, block_id: int):
+        query = BlockEntriesQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = block_entries(block_id, query.validated_data["start"], query.validated_data["limit"])
+        if page is None:
+            raise exceptions.NotFound("No ledger block has this id.")
+        return Response(BlockEntriesSerializer(page).data)
+
+
 class AuditReceiptsQuery(ReceiptsQuery):
     value = StrictIntegerField(min_value=1, help_text="The value whose receipts to fetch.")
 
@@ -108,5 +161,6 @@ class ReceiptsView(APIView):
 app_name = "audit"
 urlpatterns = [
     path("ledger/", LedgerEntryList.as_view(), name="ledger"),
+    path("blocks/<ascii_id:block_id>/entries/", BlockEntriesView.as_view(), name="block-entries"),
     path("receipts/", ReceiptsView.as_view(), name="receipts"),
 ]

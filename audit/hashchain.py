@@ -13,7 +13,9 @@ Merkle root recomputed from the leaves it covers, its Ed25519 signature valid un
 every head a checkpoint saw still in its shard's chain (the block at that height has that hash) -- so a
 shard's lost tail is caught even when its head row was moved back with it; and each block leaf
 (docs/receipts.md#the-audit) naming a block still stored as it was, with the entries root and chunk roots it
-holds recomputed from the block's entries -- so every receipt handed out still proves what the ledger holds.
+holds recomputed from the block's entries, with leaves of the version the block leaf states (version 2: blinded
+by each entry's key, ``accounts.ledger.leaves.entry_keys``) -- so every receipt handed out still proves what the
+ledger holds.
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ import numpy as np
 
 from accounts.ledger import hashchain as ledger
 from accounts.ledger import merkle, signing
-from accounts.ledger.leaves import block_leaf, entry_tree, head_leaf
+from accounts.ledger.leaves import BLOCK_LEAF_MARKERS, blinding_key, block_leaf, entry_tree, head_leaf
 
 from .report import Recorder, when_text
 from .tables import entry_records, lookup
+from .witnessing import check_cosignatures, check_tiles, log_keys, note_problem
 
 
 def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, heads, anchor, values=None) -> None:
@@ -85,10 +88,12 @@ def check_hash_chain(rec: Recorder, e, blocks, prev_hashes, hashes, heads, ancho
 
 
 def _leaf_data(leaf) -> bytes:
-    _, _, shard, height, head, block_id, count, created_us, entries_root, _ = leaf
+    _, _, shard, height, head, block_id, count, created_us, entries_root, _, version = leaf
     if block_id is None:
         return head_leaf(shard, height, head)
-    return block_leaf(shard, height, block_id, count, created_us, head, entries_root)
+    if version not in BLOCK_LEAF_MARKERS:  # no leaf the log signed: the root check reports it
+        return f"unknown leaf version {version}".encode()
+    return block_leaf(shard, height, block_id, count, created_us, head, entries_root, version)
 
 
 def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None) -> None:
@@ -99,15 +104,18 @@ def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None
     rec.check(S, "the checkpoint log's leaves are numbered 0, 1, 2, ... without a gap", gaps, indexes.size,
               lambda i: f"leaf {indexes[i]} sits at position {i}")
     leaf_hashes = [merkle.leaf_hash(_leaf_data(leaf)) for leaf in leaves]
-    key = signing.public_key()
-    key_id = signing.key_id(key)
-    bad_root, bad_sig, bad_order = [], [], []
+    keys = log_keys()
+    bad_root, bad_sig, bad_note, bad_order = [], [], [], []
     previous = 0
-    for k, (cid, created_at, size, root_hash, kid, signature) in enumerate(checkpoints):
+    for k, (cid, created_at, size, root_hash, kid, signature, note) in enumerate(checkpoints):
         if size > len(leaf_hashes) or merkle.root(leaf_hashes[:size]).hex() != root_hash:
             bad_root.append(k)
-        if kid != key_id or not signing.verify(signing.statement(size, root_hash, created_at), signature, key):
+        key = keys.get(kid)
+        if key is None or not signing.verify(signing.statement(size, root_hash, created_at), signature, key):
             bad_sig.append(k)
+        why = note and note_problem(note, size, root_hash, keys)
+        if why:
+            bad_note.append(f"checkpoint {cid} (tree size {size}): {why}")
         if size <= previous:
             bad_order.append(k)
         previous = size
@@ -115,9 +123,14 @@ def check_checkpoints(rec: Recorder, blocks, hashes, checkpoints, leaves, e=None
     rec.fail(S, "each checkpoint's Merkle root recomputes from the leaves it covers (RFC 6962)", n,
              [f"checkpoint {checkpoints[k][0]} (tree size {checkpoints[k][2]}): root {checkpoints[k][3][:16]}... does "
               f"not recompute" for k in bad_root])
-    rec.fail(S, "each checkpoint is signed by the service's ledger key (Ed25519)", n,
-             [f"checkpoint {checkpoints[k][0]}: the signature does not verify under key {key_id[:16]}..."
+    rec.fail(S, "each checkpoint's statement is signed by a key of the log's key history (Ed25519)", n,
+             [f"checkpoint {checkpoints[k][0]}: the signature does not verify under key {checkpoints[k][4][:16]}..."
               for k in bad_sig])
+    rec.fail(S, "each checkpoint's signed note states its size and root under the log's origin, and every log "
+                "signature on it verifies (docs/receipts.md#checkpoints-as-signed-notes)",
+             sum(1 for c in checkpoints if c[6]), bad_note)
+    check_cosignatures(rec)
+    check_tiles(rec, leaf_hashes)
     rec.fail(S, "checkpoints only grow: each covers more leaves than the one before", n,
              [f"checkpoint {checkpoints[k][0]} covers {checkpoints[k][2]} leaves, no more than the one before it"
               for k in bad_order])
@@ -143,8 +156,9 @@ def _check_block_leaves(rec: Recorder, blocks, hashes, leaves, e) -> None:
     starts = np.searchsorted(e["block"], ids, side="left")
     ends = np.searchsorted(e["block"], ids, side="right")
     named, rooted = [], []
+    key = blinding_key() if any(leaf[10] == 2 for leaf in block_leaves) else None
     for j, leaf in enumerate(block_leaves):
-        index, _, shard, height, head, block_id, count, created_us, entries_root, chunk_roots = leaf
+        index, _, shard, height, head, block_id, count, created_us, entries_root, chunk_roots, version = leaf
         k = int(pos[j])
         if not found[j] or (int(blocks["shard"][k]), hashes[k], int(blocks["count"][k]),
                             int(blocks["created_at"][k])) != (shard, head, count, created_us):
@@ -152,7 +166,11 @@ def _check_block_leaves(rec: Recorder, blocks, hashes, leaves, e) -> None:
                          f"hash {head[:16]}...), "
                          + ("which no longer exists" if not found[j] else "which the chain now holds otherwise"))
             continue
-        root, chunks = entry_tree(entry_records(e, slice(int(starts[k]), int(ends[k]))))
+        if version not in BLOCK_LEAF_MARKERS:
+            rooted.append(f"leaf {index}: version {version} is no leaf version (1, 2)")
+            continue
+        held = slice(int(starts[k]), int(ends[k]))
+        root, chunks = entry_tree(entry_records(e, held), version, e["id"][held] if version == 2 else None, key)
         if root.hex() != entries_root or b"".join(chunks) != (chunk_roots or b""):
             rooted.append(f"leaf {index}: the entries of block {block_id} no longer give the entries root "
                           f"{entries_root[:16]}... it vouched for")

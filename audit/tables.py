@@ -80,16 +80,17 @@ def read_heads() -> dict[int, tuple[int | None, int]]:
 
 
 def read_checkpoints() -> tuple[list[tuple], list[tuple]]:
-    """The checkpoints in tree-size order ``(id, created_at, tree_size, root_hash, key_id, signature)`` and the
+    """The checkpoints in tree-size order ``(id, created_at, tree_size, root_hash, key_id, signature, note)`` and the
     checkpoint log's leaves in index order ``(index, checkpoint id, shard, blocks, head_hash, block_id,
-    entry_count, block created_at in microseconds, entries_root, chunk_roots)`` (the last five ``None``, ``None``,
-    -1, ``""``, ``None`` for a shard-head leaf)."""
+    entry_count, block created_at in microseconds, entries_root, chunk_roots, version)`` (``block_id`` to
+    ``chunk_roots`` ``None``, ``None``, -1, ``""``, ``None`` for a shard-head leaf; ``version``: the leaf format,
+    docs/receipts.md#entry-data)."""
     checkpoints = list(LedgerCheckpoint.objects.order_by("tree_size", "id").values_list(
-        "id", "created_at", "tree_size", "root_hash", "key_id", "signature"))
-    leaves = [(*row[:7], ledger.micros(row[7]), row[8], None if row[9] is None else bytes(row[9]))
+        "id", "created_at", "tree_size", "root_hash", "key_id", "signature", "note"))
+    leaves = [(*row[:7], ledger.micros(row[7]), row[8], None if row[9] is None else bytes(row[9]), row[10])
               for row in LedgerCheckpointLeaf.objects.order_by("index").values_list(
                   "index", "checkpoint_id", "shard", "blocks", "head_hash", "block_id", "entry_count",
-                  "block_created_at", "entries_root", "chunk_roots")]
+                  "block_created_at", "entries_root", "chunk_roots", "version")]
     return checkpoints, leaves
 
 

@@ -43,6 +43,7 @@ def setup_django(db_url: str, name: str, *, migrate: bool = True) -> None:
                        ("LDP_VALUE_KEY", "bench-V7mN2bX9cZ4lK1jH8gF5dS3aQ0wE6rT-value"),
                        ("LDP_PSEUDONYM_KEY", "bench-P3oI8uY2tR7eW1qA9sD5fG4hJ6kL0zX-pseud")):
         os.environ.setdefault(key, value)
+    os.environ.setdefault("LDP_LOG_ORIGIN", "bench.ldpmarket.localhost/log")  # required without DEBUG
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django
     from django.apps import apps

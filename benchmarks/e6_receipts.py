@@ -44,17 +44,16 @@ untimed, in a fresh child process (``python -m benchmarks.e6_receipts --checkpoi
 database, no migration), which reports its peak resident set size (``VmHWM`` of ``/proc/self/status``) and its
 ``VmRSS`` just before ``checkpoint_make`` (E2's method); it must find the same root as the rounds did.
 
-State between rounds.  A checkpoint covers a block once, and every round must cover a block of n entries, so
-each round starts from the state right after the set-up, which writes no ledger rows (checked): the chains and
-budgets are put back as E3 does (``e3_purchase._reset``) and the ledger and its checkpoint log are emptied with
-``TRUNCATE accounts_ledgercheckpointleaf, accounts_ledgercheckpoint, accounts_ledgerrelease,
-accounts_ledgerevent, accounts_ledgerhead, accounts_ledgerblock RESTART IDENTITY``.  The append-only triggers
-of these tables are row-level ``BEFORE UPDATE OR DELETE`` triggers, which ``TRUNCATE`` does not fire, so no
-trigger is disabled; this is done only in the benchmark's own database.  The earlier rounds' purchase and money
-rows stay (a fresh buyer per round, as in E3).  So every round does the same work: a purchase appending block 1
-at the head of an empty shard, a checkpoint of tree size 1, and receipts against it.  The log therefore holds one
-leaf: the block-proof side of a receipt (the log tree, built once per checkpoint and cached) is not what this
-measures; the entry side, which depends on the block's size n, is.
+State between rounds. A checkpoint covers a block once, and every round must cover a block of n entries, so each
+round starts from the state right after the set-up, which writes no ledger rows (checked): the chains and budgets
+are put back as E3 does (``e3_purchase._reset``) and the ledger and its checkpoint log are emptied with
+``TRUNCATE`` of ``LEDGER_TABLES`` (the cosignatures, stored tiles, checkpoint log and ledger) ``RESTART IDENTITY``.
+The append-only triggers of these tables are row-level ``BEFORE UPDATE OR DELETE`` triggers, which ``TRUNCATE``
+does not fire, so no trigger is disabled; this is done only in the benchmark's own database. The earlier rounds'
+purchase and money rows stay (a fresh buyer per round, as in E3). So every round does the same work: a purchase
+appending block 1 at the head of an empty shard, a checkpoint of tree size 1, and receipts against it. The log
+therefore holds one leaf: the block-proof side of a receipt (the log tree, built once per checkpoint and cached) is
+not what this measures; the entry side, which depends on the block's size n, is.
 
 Uses a dedicated database ``ldpbench_e6`` (created, migrated and dropped at the end) on the server of
 ``E6_POSTGRES_URL``, ``E3_POSTGRES_URL``, ``E2_POSTGRES_URL`` or ``DATABASE_URL`` (default
@@ -94,8 +93,9 @@ SEED = 20261126  # which values (set-up only)
 BUNDLE_REPEAT = int(os.environ.get("E6_BUNDLE_REPEAT", "3"))
 FLAT_FACTOR = 1.5  # "does not grow with n": one value's receipt latency at the largest n <= 1.5x the smallest's
 LINEAR_FACTOR = 1.5  # the checkpoint's time per entry at the largest n <= 1.5x the smallest's
-LEDGER_TABLES = ("accounts_ledgercheckpointleaf, accounts_ledgercheckpoint, accounts_ledgerrelease, "
-                 "accounts_ledgerevent, accounts_ledgerhead, accounts_ledgerblock")
+LEDGER_TABLES = ("accounts_ledgercosignature, accounts_ledgertile, accounts_ledgercheckpointleaf, "
+                 "accounts_ledgercheckpoint, accounts_ledgerrelease, accounts_ledgerevent, accounts_ledgerhead, "
+                 "accounts_ledgerblock")
 CHILD_MARK = "E6-CHECKPOINT-CHILD "
 
 
@@ -125,7 +125,8 @@ def _clear_checkpoints() -> None:
     from django.db import connection
 
     with connection.cursor() as c:
-        c.execute("TRUNCATE accounts_ledgercheckpointleaf, accounts_ledgercheckpoint RESTART IDENTITY")
+        c.execute("TRUNCATE accounts_ledgercosignature, accounts_ledgertile, accounts_ledgercheckpointleaf, "
+                  "accounts_ledgercheckpoint RESTART IDENTITY")
 
 
 def _settle_tables(tables: str) -> None:
@@ -260,8 +261,10 @@ def _bundle_probed(value_ids) -> dict:
 
 # --------------------------------------------------------------------------- correctness (untimed)
 
-ENTRY_MARKER = b"ldpmarket-ledger-entry-leaf-v1\x00"  # docs/receipts.md#entry-data-159-bytes
-BLOCK_MARKER = b"ldpmarket-ledger-block-leaf-v1\x00"  # docs/receipts.md#block-leaf-data-135-bytes
+# docs/receipts.md#entry-data and #block-leaf-data-135-bytes: new blocks are version 2 (entries blinded by their key)
+ENTRY_MARKER = b"ldpmarket-ledger-entry-leaf-v2\x00"  # then the entry's 32-byte key, then its 16 int64
+BLOCK_MARKER = b"ldpmarket-ledger-block-leaf-v2\x00"
+ENTRY_KEY = 32
 
 
 def _ints(data: bytes, count: int) -> list[int]:
@@ -288,10 +291,10 @@ def _verify(bundle: dict, value_ids: list[int], *, n: int, purchase_id: int, blo
         raise RuntimeError(f"receipts: {len(got)} receipts, expected one for each of {len(value_ids)} values")
     for r in bundle["receipts"]:
         entry, block = bytes.fromhex(r["entry_data"]), bytes.fromhex(r["block_data"])
-        if len(entry) != 159 or not entry.startswith(ENTRY_MARKER):
+        if len(entry) != 159 + ENTRY_KEY or not entry.startswith(ENTRY_MARKER):
             raise RuntimeError(f"receipt of value {r['entry']['value']}: entry data of {len(entry)} bytes")
         (value, kind, eps, purchase, chain_before, chain_after, oneshot_before, oneshot_after, ceiling,
-         *_schedule, guarantee) = _ints(entry[len(ENTRY_MARKER):], 16)
+         *_schedule, guarantee) = _ints(entry[len(ENTRY_MARKER) + ENTRY_KEY:], 16)
         want = (r["entry"]["value"], 0, epsilon_micro, purchase_id, 0, epsilon_micro, 0, 0, ceiling_micro, 0)
         have = (value, kind, eps, purchase, chain_before, chain_after, oneshot_before, oneshot_after, ceiling,
                 guarantee)
@@ -315,7 +318,7 @@ def _verify(bundle: dict, value_ids: list[int], *, n: int, purchase_id: int, blo
     # the check is not vacuous: one changed byte of an entry fails it
     r = bundle["receipts"][0]
     forged = bytearray.fromhex(r["entry_data"])
-    forged[len(ENTRY_MARKER) + 16] ^= 1  # the epsilon's lowest byte
+    forged[len(ENTRY_MARKER) + ENTRY_KEY + 16] ^= 1  # the epsilon's lowest byte
     entries_root = bytes.fromhex(r["block_data"])[-32:]
     if merkle.verify_inclusion(r["entry_index"], r["block_size"], merkle.leaf_hash(bytes(forged)),
                                [bytes.fromhex(p) for p in r["entry_proof"]], entries_root):

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 EXTEND_CHAINS = "market.tasks.extend_chains"
 RUN_PURCHASE = "market.tasks.run_purchase"
 SETTLE_EARNINGS = "market.tasks.settle_earnings"
+SUBMIT_CHECKPOINT = "market.tasks.submit_checkpoint"
 
 
 def enqueue(task_name: str, *args) -> None:

@@ -11,7 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 #: Minimum lengths: Django's own deploy check wants 50 characters for SECRET_KEY; the two keys the service
 #: derives its encryption and pseudonym keys from need 32 (``secrets.token_urlsafe(32)`` gives 43).
-MIN_LENGTH = {"DJANGO_SECRET_KEY": 50, "LDP_VALUE_KEY": 32, "LDP_PSEUDONYM_KEY": 32, "LDP_LEDGER_SIGNING_KEY": 32}
+MIN_LENGTH = {"DJANGO_SECRET_KEY": 50, "LDP_VALUE_KEY": 32, "LDP_PSEUDONYM_KEY": 32, "LDP_LEDGER_SIGNING_KEYS": 32,
+              "LDP_LEDGER_BLINDING_KEY": 32}
 MIN_DISTINCT = 12
 #: Lower-cased fragments of placeholders and development defaults (.env.example, settings, Django's template).
 PLACEHOLDERS = ("replace-me", "replace_me", "changeme", "change-me", "insecure", "development-", "not-for-production",
@@ -20,9 +21,10 @@ HOW = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsaf
 
 
 def weakness(name: str, value: str) -> str | None:
-    """Why ``value`` is too weak for the setting ``name``, or None."""
-    if len(value) < MIN_LENGTH[name]:
-        return f"it has {len(value)} characters; it needs at least {MIN_LENGTH[name]}"
+    """Why ``value`` is too weak for the setting ``name`` (``LDP_LEDGER_SIGNING_KEYS[i]``: one of a list), or None."""
+    minimum = MIN_LENGTH[name.partition("[")[0]]
+    if len(value) < minimum:
+        return f"it has {len(value)} characters; it needs at least {minimum}"
     if len(set(value)) < MIN_DISTINCT:
         return f"it has only {len(set(value))} different characters; it needs at least {MIN_DISTINCT}"
     lowered = value.lower()

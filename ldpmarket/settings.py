@@ -29,13 +29,38 @@ LDP_VALUE_KEY = env("LDP_VALUE_KEY", default="development-value-key-not-for-prod
 LDP_PSEUDONYM_KEY = env("LDP_PSEUDONYM_KEY", default="development-pseudonym-key" if DEBUG else None)
 if not LDP_VALUE_KEY or not LDP_PSEUDONYM_KEY:
     raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY and LDP_PSEUDONYM_KEY (or DJANGO_DEBUG=1).")
-# The Ed25519 key that signs the ledger's checkpoints (accounts.ledger.signing, docs/budget-rules.md#checkpoints):
-# its seed is derived from this setting, or, when it is empty, from LDP_VALUE_KEY (HKDF, its own label).
-LDP_LEDGER_SIGNING_KEY = env("LDP_LEDGER_SIGNING_KEY", default="")
+# The Ed25519 keys that sign the ledger's checkpoints (accounts.ledger.signing, docs/receipts.md#the-log-key):
+# LDP_LEDGER_SIGNING_KEYS, comma-separated, newest first (every key in it signs each new checkpoint; rotating:
+# docs/receipts.md#rotating-the-log-key); LDP_LEDGER_SIGNING_KEY is a ring of one.  Each seed is HKDF of the
+# setting; with neither set, of LDP_VALUE_KEY (its own label).
+LDP_LEDGER_SIGNING_KEYS = env.list("LDP_LEDGER_SIGNING_KEYS", default=[]) or (
+    [env("LDP_LEDGER_SIGNING_KEY")] if env("LDP_LEDGER_SIGNING_KEY", default="") else [])
+if len(set(LDP_LEDGER_SIGNING_KEYS)) != len(LDP_LEDGER_SIGNING_KEYS):
+    raise environ.ImproperlyConfigured("LDP_LEDGER_SIGNING_KEYS lists a key twice.")
+# The key that blinds each ledger entry's leaf in the receipts' Merkle trees (accounts.ledger.leaves.blinding_key,
+# docs/receipts.md#entry-data): HKDF of this setting or, when it is empty, of LDP_VALUE_KEY (its own label).  It
+# must never change once receipts were issued (docs/security.md, Keys).
+LDP_LEDGER_BLINDING_KEY = env("LDP_LEDGER_BLINDING_KEY", default="")
 if not DEBUG:  # weak, placeholder or repeated keys refuse start-up (docs/security.md, Keys)
     require_strong_keys({"DJANGO_SECRET_KEY": SECRET_KEY, "LDP_VALUE_KEY": LDP_VALUE_KEY,
                          "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY,
-                         **({"LDP_LEDGER_SIGNING_KEY": LDP_LEDGER_SIGNING_KEY} if LDP_LEDGER_SIGNING_KEY else {})})
+                         **({"LDP_LEDGER_BLINDING_KEY": LDP_LEDGER_BLINDING_KEY} if LDP_LEDGER_BLINDING_KEY else {}),
+                         **{f"LDP_LEDGER_SIGNING_KEYS[{i}]": key for i, key in enumerate(LDP_LEDGER_SIGNING_KEYS)}})
+# The log's origin (docs/receipts.md#checkpoints-as-signed-notes): the first line of every checkpoint and the name of
+# the log's key, e.g. market.example.org/log (the scheme-less URL of /log/).  Required without DEBUG.
+LDP_LOG_ORIGIN = env("LDP_LOG_ORIGIN", default="ldpmarket.localhost/log" if DEBUG else "")
+if not LDP_LOG_ORIGIN or any(c.isspace() or c == "+" for c in LDP_LOG_ORIGIN):
+    raise environ.ImproperlyConfigured(
+        "Set LDP_LOG_ORIGIN to the log's origin, e.g. market.example.org/log: no spaces, no '+' "
+        "(docs/receipts.md#checkpoints-as-signed-notes).")
+# The witnesses the log submits its checkpoints to and their quorum: a C2SP tlog-policy file
+# (docs/receipts.md#witnesses).  Empty: no witness.
+LDP_WITNESS_POLICY = env("LDP_WITNESS_POLICY", default="")
+# A witness's answer is awaited this long; a failed submission is retried after 2^failures times the base, at
+# most the cap (seconds).
+LDP_WITNESS_TIMEOUT_SECONDS = env.float("LDP_WITNESS_TIMEOUT_SECONDS", default=10.0)
+LDP_WITNESS_RETRY_BASE_SECONDS = env.float("LDP_WITNESS_RETRY_BASE_SECONDS", default=5.0)
+LDP_WITNESS_RETRY_MAX_SECONDS = env.float("LDP_WITNESS_RETRY_MAX_SECONDS", default=900.0)
 
 # HTTPS (docs/security.md, Deployment). Without DEBUG: redirect to https, HSTS, cookies only over https.
 # Behind a proxy that terminates TLS, DJANGO_SECURE_PROXY_SSL_HEADER names the header it sets, e.g.
@@ -243,6 +268,13 @@ CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
     "task": "market.tasks.make_ledger_checkpoint",
     "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,
     "options": {"expires": LDP_CHECKPOINT_INTERVAL_SECONDS},
+}
+# Witnesses (accounts.ledger.witnesses, docs/receipts.md#witnesses): each checkpoint is submitted on commit; beat
+# submits again to each witness that has not cosigned the latest checkpoint once its retry time has come.
+CELERY_BEAT_SCHEDULE["witness-submissions"] = {
+    "task": "market.tasks.submit_due_checkpoints",
+    "schedule": env.float("LDP_WITNESS_INTERVAL_SECONDS", default=30.0),
+    "options": {"expires": 30.0},
 }
 # Owners' earnings settlement (accounts.money.services.earnings_settle, docs/money.md#settlement): each purchase that
 # pays owners enqueues its attribute's settlement on commit; beat settles every attribute every

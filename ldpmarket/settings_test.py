@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("DJANGO_SECRET_KEY", "tst-s3cr3t-Kq8vZp2LmW9xRt4YbN7cJd1FgH5uE0aQsVw6iOyTzXk-tst")
 os.environ.setdefault("LDP_VALUE_KEY", "tst-vAlu3-P7mQ2xZ9wL4kR8tB1nC6vJ3hG5dF0-tst")
 os.environ.setdefault("LDP_PSEUDONYM_KEY", "tst-psEud0-N4bV7cX1zL9kJ2hG6fD3sA8qW5eR0-tst")
+os.environ.setdefault("LDP_LOG_ORIGIN", "ldpmarket.test/log")
 os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
 
 from .settings import *  # noqa: E402,F401,F403

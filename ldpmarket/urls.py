@@ -21,6 +21,8 @@ urlpatterns = [
          name="api-redoc"),
     path("portal/", include("portal.urls")),
     path("api/v1/audit/", include("audit.api")),
+    # the checkpoint log as a C2SP tiled log (public, static-like): accounts/ledger/log_http.py
+    path("log/", include("accounts.ledger.log_http")),
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.

@@ -19,6 +19,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
 from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
+from accounts.ledger.tiles import store_full_tiles
+from accounts.ledger.witnesses import due_witness_ids, witness_submit
 from accounts.money.services import earnings_settle, settle_all
 from accounts.services import schedules_advance
 from ldpmarket.problems import ChainConflict, PurchaseConflict, PurchaseError
@@ -51,9 +53,29 @@ def make_ledger_checkpoint() -> int:
     written); the tree size it covers.  While blocks remain (one checkpoint takes at most
     ``LDP_CHECKPOINT_MAX_ENTRIES`` entries), the next checkpoint is enqueued."""
     checkpoint = checkpoint_make()
-    if checkpoint is not None and checkpoint.appended and blocks_awaiting_checkpoint():
-        make_ledger_checkpoint.delay()
+    if checkpoint is not None and checkpoint.appended:
+        store_full_tiles(checkpoint.tree_size)  # the tiled log's new full tiles, off the checkpoint's transaction
+        if blocks_awaiting_checkpoint():
+            make_ledger_checkpoint.delay()
     return checkpoint.tree_size if checkpoint else 0
+
+
+@shared_task(time_limit=2 * 60, soft_time_limit=100, ignore_result=True, **RETRY)
+def submit_checkpoint(witness_id: int) -> str:
+    """Send the latest checkpoint to one witness and store its cosignature (``accounts.ledger.witnesses``;
+    idempotent: a witness that cosigned it is not asked again).  A refusal or a witness that is down is recorded
+    and retried later by ``submit_due_checkpoints``, never by this task."""
+    return witness_submit(witness_id=witness_id)
+
+
+@shared_task(time_limit=5 * 60, soft_time_limit=4 * 60, ignore_result=True, **RETRY)
+def submit_due_checkpoints() -> int:
+    """Beat: submit the latest checkpoint to each witness that has not cosigned it and whose retry time has come;
+    how many were tried."""
+    due = due_witness_ids()
+    for witness_id in due:
+        witness_submit(witness_id=witness_id)
+    return len(due)
 
 
 @shared_task(time_limit=10 * 60, soft_time_limit=9 * 60, ignore_result=True, **RETRY)

@@ -23,7 +23,8 @@ from django.core.management import get_commands
 ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = ("web", "worker", "beat")
 SERVICES = ("postgres", "redis", *APP_SERVICES)
-REQUIRED = ("DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "LDP_VALUE_KEY", "LDP_PSEUDONYM_KEY", "ALLOWED_HOSTS")
+REQUIRED = ("DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "LDP_VALUE_KEY", "LDP_PSEUDONYM_KEY", "ALLOWED_HOSTS",
+            "LDP_LOG_ORIGIN")
 VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
                  r"|\$(?P<bare>[A-Za-z_]\w*)")
 
@@ -36,7 +37,7 @@ def compose() -> dict:
 def strong_keys() -> dict[str, str]:
     """Fresh keys as .env.example says to make them (weak ones refuse start-up: ldpmarket.keys)."""
     return {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "LDP_VALUE_KEY": secrets.token_urlsafe(32),
-            "LDP_PSEUDONYM_KEY": secrets.token_urlsafe(32)}
+            "LDP_PSEUDONYM_KEY": secrets.token_urlsafe(32), "LDP_LOG_ORIGIN": "localhost:8000/log"}
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:

@@ -1,6 +1,10 @@
 """The ledger's public transparency API (docs/budget-rules.md#checkpoints): anyone may read it, no token needed.
 
-* ``GET /api/v1/ledger/public-key/``: the Ed25519 key that signs checkpoints (PEM, raw hex, key id).
+* ``GET /api/v1/ledger/public-key/``: the Ed25519 key that signs checkpoints (PEM, raw hex, key id, and its C2SP
+  verifier key ``vkey`` with the log's ``origin``), and the history of every key that signed a checkpoint
+  (docs/receipts.md#rotating-the-log-key).
+* ``GET /api/v1/ledger/policy/``: the C2SP trust policy verifiers should use (docs/receipts.md#witnesses): the log's
+  keys, its witnesses and their quorum, as text.
 * ``GET /api/v1/ledger/checkpoints/``: the signed checkpoints, newest first (cursor pagination): tree size, root
   hash, time, key id, signature, and the exact statement signed.
 * ``GET /api/v1/ledger/consistency/?first=N&second=M``: an RFC 6962 consistency proof between the checkpoints of
@@ -8,6 +12,7 @@
 """
 from __future__ import annotations
 
+from django.http import HttpResponse
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, generics, serializers
@@ -17,10 +22,19 @@ from rest_framework.views import APIView
 
 from accounts.ledger import merkle, signing
 from accounts.ledger.leaves import log_leaf_hashes
-from accounts.models import LedgerCheckpoint
+from accounts.ledger.notes import note_of
+from accounts.ledger.witnesses import published_policy
+from accounts.models import LedgerCheckpoint, LedgerLogKey
 from ldpmarket.api import AnonThrottle, CursorPagination
 from ldpmarket.fields import ID_SCHEMA, StrictIntegerField
 from ldpmarket.openapi import problems
+
+
+class LogKeySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LedgerLogKey
+        fields = ["vkey", "public_key", "key_id", "first_size", "last_size", "added_at", "retired_at"]
+        read_only_fields = fields
 
 
 class PublicKeySerializer(serializers.Serializer):
@@ -28,6 +42,12 @@ class PublicKeySerializer(serializers.Serializer):
     key_id = serializers.CharField(help_text="SHA-256 (hex) of the raw 32-byte public key; each checkpoint names "
                                              "the key that signed it.")
     public_key = serializers.CharField(help_text="The raw 32-byte public key, hex.")
+    origin = serializers.CharField(help_text="The log's origin: the first line of every checkpoint and the name of its "
+                                             "keys (docs/receipts.md#checkpoints-as-signed-notes).")
+    vkey = serializers.CharField(help_text="The key as a C2SP verifier key (<origin>+<key id>+<base64>): give it to "
+                                           "`ldpmarket-client verify --log-key`, a witness's --log, or a policy's "
+                                           "log line.")
+    keys = LogKeySerializer(many=True, help_text="Every key that has signed a checkpoint, newest first.")
     public_key_pem = serializers.CharField(help_text="The same key as a PEM SubjectPublicKeyInfo block: save it as "
                                                      "key.pem for `ldpmarket-client verify --public-key key.pem`.")
 
@@ -41,8 +61,24 @@ class LedgerPublicKeyView(APIView):
     throttle_classes = [AnonThrottle]
 
     def get(self, request):
-        return Response({"algorithm": "Ed25519", "key_id": signing.key_id(),
-                         "public_key": signing.public_raw().hex(), "public_key_pem": signing.public_pem()})
+        keys = LogKeySerializer(LedgerLogKey.objects.order_by("-first_size", "-id"), many=True).data
+        return Response({"algorithm": "Ed25519", "key_id": signing.key_id(), "public_key": signing.public_raw().hex(),
+                         "origin": signing.origin(), "vkey": signing.vkey(), "keys": keys,
+                         "public_key_pem": signing.public_pem()})
+
+
+@extend_schema_view(get=extend_schema(responses={(200, "text/plain"): str, **problems(429)}, auth=[]))
+class LedgerPolicyView(APIView):
+    """The trust policy verifiers should use (C2SP tlog-policy, docs/receipts.md#witnesses): a ``log`` line per key
+    that signs new checkpoints, the witnesses and the quorum of ``LDP_WITNESS_POLICY`` (``quorum none`` without
+    one)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list = []
+    throttle_classes = [AnonThrottle]
+
+    def get(self, request):
+        return HttpResponse(published_policy(), content_type="text/plain; charset=utf-8")
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -52,13 +88,22 @@ class CheckpointSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = LedgerCheckpoint
-        fields = ["tree_size", "root_hash", "created_at", "key_id", "signature", "statement"]
+        fields = ["tree_size", "root_hash", "created_at", "key_id", "signature", "statement", "note"]
         read_only_fields = fields
         extra_kwargs = {"tree_size": {"help_text": "How many leaves of the checkpoint log the root covers."},
                         "root_hash": {"help_text": "RFC 6962 Merkle root over those leaves (hex)."}}
 
+    note = serializers.SerializerMethodField(help_text=(
+        "The checkpoint as a C2SP signed note with every witness cosignature "
+        "(docs/receipts.md#checkpoints-as-signed-notes): `ldpmarket-client verify --policy` checks it. key_id, "
+        "signature and statement are the signature of earlier releases, kept for one release."))
+
     def get_statement(self, obj) -> str:
         return signing.statement(obj.tree_size, obj.root_hash, obj.created_at).decode()
+
+    def get_note(self, obj) -> str:
+        lines = sorted(obj.cosignatures.all(), key=lambda c: c.witness.name)  # prefetched by the view
+        return note_of(obj) + "".join(f"{c.line}\n" for c in lines)
 
 
 class CheckpointPagination(CursorPagination):
@@ -76,7 +121,7 @@ class LedgerCheckpointList(generics.ListAPIView):
     authentication_classes: list = []
     throttle_classes = [AnonThrottle]
     pagination_class = CheckpointPagination
-    queryset = LedgerCheckpoint.objects.all()
+    queryset = LedgerCheckpoint.objects.prefetch_related("cosignatures__witness")
 
 
 class ConsistencySerializer(serializers.Serializer):
@@ -131,4 +176,5 @@ urlpatterns = [
     path("ledger/public-key/", LedgerPublicKeyView.as_view(), name="ledger-public-key"),
     path("ledger/checkpoints/", LedgerCheckpointList.as_view(), name="ledger-checkpoints"),
     path("ledger/consistency/", LedgerConsistencyView.as_view(), name="ledger-consistency"),
+    path("ledger/policy/", LedgerPolicyView.as_view(), name="ledger-policy"),
 ]

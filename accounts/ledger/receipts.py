@@ -1,9 +1,10 @@
 """Receipts: each ledger entry about a value, with the proofs that put it in the signed checkpoint log
 (docs/receipts.md).  Reads only.
 
-A receipt is the entry's data (``entry_leaf_data``), its RFC 6962 inclusion proof in its block's entry tree,
-the block's leaf in the checkpoint log (``block_leaf``) and that leaf's inclusion proof at a signed
-checkpoint.  The entry proof needs only the entry's chunk of ``TREE_CHUNK`` entries (read from the stored
+A receipt is the entry's data (``entry_leaf_data``, of its block leaf's version: for version 2 it holds the entry's
+blinding key ``k_e``, so a receipt goes only to the entry's owner and to auditors), its RFC 6962 inclusion proof in
+its block's entry tree, the block's leaf in the checkpoint log (``block_leaf``) and that leaf's inclusion proof at a
+signed checkpoint.  The entry proof needs only the entry's chunk of ``TREE_CHUNK`` entries (read from the stored
 rows) and the block's stored chunk roots; the log proof, the log's leaf hashes up to the checkpoint, whose tree is
 built once per checkpoint and kept (``_log_tree``).  Entries of blocks no checkpoint covers yet are ``pending``.
 """
@@ -17,12 +18,16 @@ from accounts.ledger import hashchain as ledger
 from accounts.ledger import merkle, signing
 from accounts.ledger.leaves import (
     TREE_CHUNK,
+    blinding_key,
+    entry_keys,
     entry_leaf_data,
     entry_leaf_hashes,
     leaf_data,
     log_leaf_hashes,
+    position_ids,
     records_at,
 )
+from accounts.ledger.notes import cosigned_note
 from accounts.models import LedgerCheckpoint, LedgerCheckpointLeaf, LedgerEntry
 from ldpmarket.problems import NoSuchCheckpoint
 
@@ -44,12 +49,14 @@ def checkpoint_for(tree_size: int | None = None) -> LedgerCheckpoint | None:
 
 
 def checkpoint_json(checkpoint: LedgerCheckpoint) -> dict:
-    """A checkpoint as ``GET /api/v1/ledger/checkpoints/`` shows it, with the exact statement signed."""
+    """A checkpoint as ``GET /api/v1/ledger/checkpoints/`` shows it, with the exact statement signed and its C2SP
+    signed note with every cosignature (docs/receipts.md#checkpoints-as-signed-notes)."""
     return {"tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash,
             "created_at": checkpoint.created_at.isoformat(timespec="microseconds"), "key_id": checkpoint.key_id,
             "signature": checkpoint.signature,
             "statement": signing.statement(checkpoint.tree_size, checkpoint.root_hash,
-                                              checkpoint.created_at).decode()}
+                                              checkpoint.created_at).decode(),
+            "note": cosigned_note(checkpoint).decode()}
 
 
 def receipts_bundle(*, value_ids, tree_size: int | None = None) -> dict:
@@ -89,24 +96,29 @@ def _shown(e) -> dict:
 
 def _entry_proofs(entries, leaves) -> dict[int, tuple[bytes, list[bytes]]]:
     """``{entry id: (entry data, inclusion proof in its block's entry tree)}``: per block, each chunk holding one of
-    the entries is read and hashed once, and the tree over the block's stored chunk roots built once."""
+    the entries is read and hashed once, and the tree over the block's stored chunk roots built once.  Entries of
+    version-2 blocks carry their own blinding key in their data (``entry_leaf_data``)."""
     wanted: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for e in entries:
         position = e[0] - e[1] * ledger.ID_SHIFT
         wanted[e[1]][position // TREE_CHUNK].append(position)
     out = {}
+    key = blinding_key() if any(leaves[b].version == 2 for b in wanted) else None
     for block_id, chunks in wanted.items():
         leaf = leaves[block_id]
         raw = bytes(leaf.chunk_roots)
         outer = merkle.Tree([raw[i:i + 32] for i in range(0, len(raw), 32)])
         for chunk, positions in chunks.items():
             start = chunk * TREE_CHUNK
-            records = records_at(block_id, start, min(start + TREE_CHUNK, leaf.entry_count))
-            inner = merkle.Tree(entry_leaf_hashes(records))
+            stop = min(start + TREE_CHUNK, leaf.entry_count)
+            records = records_at(block_id, start, stop)
+            ids = position_ids(block_id, start, stop) if leaf.version == 2 else None
+            inner = merkle.Tree(entry_leaf_hashes(records, leaf.version, ids, key))
             for position in positions:
-                out[block_id * ledger.ID_SHIFT + position] = (
-                    entry_leaf_data(records[position - start]),
-                    inner.inclusion_proof(position - start) + outer.inclusion_proof(chunk))
+                entry_id = block_id * ledger.ID_SHIFT + position
+                entry_key = entry_keys([entry_id], key)[0] if leaf.version == 2 else None
+                out[entry_id] = (entry_leaf_data(records[position - start], leaf.version, entry_key),
+                                 inner.inclusion_proof(position - start) + outer.inclusion_proof(chunk))
     return out
 
 

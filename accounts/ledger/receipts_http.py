@@ -22,6 +22,9 @@ class CheckpointJSONSerializer(serializers.Serializer):
     key_id = serializers.CharField()
     signature = serializers.CharField(help_text="Ed25519 signature (hex) of the statement.")
     statement = serializers.CharField(help_text="The exact text signed: header, tree size, root, time.")
+    note = serializers.CharField(help_text="The checkpoint as a C2SP signed note with every witness cosignature "
+                                           "(docs/receipts.md#checkpoints-as-signed-notes): verify it with the "
+                                           "policy of GET /api/v1/ledger/policy/.")
 
 
 class ShownEntrySerializer(serializers.Serializer):
@@ -41,11 +44,14 @@ class ShownEntrySerializer(serializers.Serializer):
 
 class ReceiptSerializer(serializers.Serializer):
     entry = ShownEntrySerializer(help_text="The entry as shown; entry_data is what is proven.")
-    entry_data = serializers.CharField(help_text="Hex: the 159 bytes of docs/receipts.md#entry-data-159-bytes.")
+    entry_data = serializers.CharField(help_text="Hex: what is proven, docs/receipts.md#entry-data: 159 bytes "
+                                                 "(version 1), or 191 bytes holding the entry's own blinding key "
+                                                 "(version 2, as block_data's marker says).")
     entry_index = serializers.IntegerField(help_text="The entry's leaf index in its block's entry tree.")
     block_size = serializers.IntegerField(help_text="How many entries (leaves) the block's entry tree has.")
     entry_proof = serializers.ListField(child=serializers.CharField(), help_text="RFC 6962 inclusion proof (hex).")
-    block_data = serializers.CharField(help_text="Hex: the block's leaf in the checkpoint log (135 bytes).")
+    block_data = serializers.CharField(help_text="Hex: the block's leaf in the checkpoint log (135 bytes); its "
+                                                 "marker states the version of its entries.")
     block_index = serializers.IntegerField(help_text="The block leaf's index in the checkpoint log.")
     block_proof = serializers.ListField(child=serializers.CharField(),
                                         help_text="RFC 6962 inclusion proof of the block leaf at the checkpoint.")

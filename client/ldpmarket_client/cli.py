@@ -17,10 +17,21 @@
     ldpmarket-client ledger checkpoint --out checkpoint.json  # the latest signed checkpoint: keep it
     ldpmarket-client ledger public-key --out key.pem
     ldpmarket-client ledger consistency --first 40 --second 42 --out proof.json
-    ldpmarket-client verify receipts.json --checkpoint checkpoint.json --public-key key.pem
+    ldpmarket-client ledger policy --out policy.txt            # the log's keys, its witnesses, the quorum
+    ldpmarket-client verify receipts.json --policy policy.txt --checkpoint checkpoint.json
+    ldpmarket-client verify receipts.json --checkpoint checkpoint.json --public-key key.pem   # deprecated
+    ldpmarket-client proof export receipts.json --receipt 0 --out block.tlog-proof
+    ldpmarket-client proof verify block.tlog-proof --policy policy.txt
+
+    ldpmarket-client witness keygen --name owners.example/w1 --out witness.key   # prints the witness's vkey
+    ldpmarket-client witness serve --key witness.key --db witness.sqlite3 --log market.example.org/ledger+...
+    ldpmarket-client witness vkey --key witness.key
+    ldpmarket-client monitor run --key monitor.key --db monitor.sqlite3 --log market.example.org/ledger+...
+    ldpmarket-client monitor serve --key monitor.key --db monitor.sqlite3 --log ... --listen 127.0.0.1:7381
 
 ``verify`` needs nothing from the service (docs/receipts.md#checking-receipts): exit status 0 when everything
 verifies, 1 when something does not, 2 for a file it cannot read.  The ``ledger`` verbs need no token.
+The ``witness`` verbs run a C2SP witness of the ledger (docs/client.md#running-a-witness) and need no service.
 
 The owner verbs keep an owner-held value on this machine (docs/custody.md): the raw value and the chain's head
 stay in the owner state file (``--state``, else ``LDPMARKET_OWNER_STATE``, else ``owner-state.json`` in the
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import hashlib
 import json
 import os
 import sys
@@ -165,13 +177,69 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--first", type=int, required=True, help="the smaller tree size")
     o.add_argument("--second", type=int, required=True, help="the larger tree size")
     o.add_argument("--out", help="the JSON file (default: standard output)")
+    o = ledger.add_parser("policy", help="the trust policy the service publishes: its keys, witnesses, quorum "
+                                         "(c2sp.org/tlog-policy; docs/receipts.md#witnesses)")
+    o.add_argument("--out", help="the policy file (default: standard output)")
 
     p = verbs.add_parser("verify", help="check a receipts file with nothing from the service (docs/receipts.md)")
     p.add_argument("receipts", help="the receipts file (owner receipts --out)")
-    p.add_argument("--checkpoint", required=True, help="a checkpoint you kept (ledger checkpoint --out)")
-    p.add_argument("--public-key", required=True, help="the service's key, PEM (ledger public-key --out)")
+    p.add_argument("--policy", help="a trust policy (ledger policy --out, or your own): the checkpoint must be "
+                                    "signed by one of its logs and cosigned by its quorum of witnesses")
+    p.add_argument("--checkpoint", help="a checkpoint you kept (ledger checkpoint --out); with --policy, "
+                                        "default: the receipts file's own")
+    p.add_argument("--public-key", help="deprecated beside --policy: the service's key, PEM (ledger public-key "
+                                        "--out)")
     p.add_argument("--consistency", help="the consistency proof between your checkpoint and the file's, when "
                                          "their tree sizes differ (ledger consistency --out)")
+
+    p = verbs.add_parser("proof", help="a receipt's block in the log as a C2SP tlog proof (docs/receipts.md"
+                                       "#exporting-a-proof)")
+    proof = p.add_subparsers(dest="proof_verb", required=True, metavar="PROOF_VERB")
+    o = proof.add_parser("export", help="write receipt N's block leaf, its inclusion proof and the cosigned "
+                                        "checkpoint as a .tlog-proof file")
+    o.add_argument("receipts", help="the receipts file (owner receipts --out)")
+    o.add_argument("--receipt", type=int, default=0, help="the receipt's index in the file (default 0)")
+    o.add_argument("--out", help="the proof file (default: standard output)")
+    o = proof.add_parser("verify", help="check a .tlog-proof file against a policy")
+    o.add_argument("proof", help="the .tlog-proof file")
+    o.add_argument("--policy", required=True, help="the trust policy (ledger policy --out)")
+
+    p = verbs.add_parser("witness", help="run a C2SP witness that cosigns the ledger's checkpoints "
+                                         "(docs/client.md#running-a-witness)")
+    witness = p.add_subparsers(dest="witness_verb", required=True, metavar="WITNESS_VERB")
+    o = witness.add_parser("keygen", help="a new witness key (type 0x04 Ed25519 cosigner); prints its vkey")
+    o.add_argument("--name", required=True, help="the witness's key name, a schema-less URL, e.g. owners.example/w1")
+    o.add_argument("--out", help="the key file, created with mode 0600 (default: the key on standard output)")
+    o = witness.add_parser("vkey", help="the verifier key (vkey) of a witness key file")
+    o.add_argument("--key", required=True, help="the witness key file (witness keygen --out)")
+    o = witness.add_parser("serve", help="answer add-checkpoint and the monitoring GET (c2sp.org/tlog-witness)")
+    o.add_argument("--key", required=True, help="the witness key file (witness keygen --out)")
+    o.add_argument("--db", required=True, help="the SQLite file of the latest cosigned checkpoints (created)")
+    o.add_argument("--log", action="append", required=True, metavar="VKEY",
+                   help="a trusted log key (type 0x01 vkey); its name is the log's origin (repeatable)")
+    o.add_argument("--listen", default="127.0.0.1:7380", help="host:port (default: 127.0.0.1:7380)")
+    o.add_argument("--prefix", default="", help="the URL prefix of both APIs (default: none)")
+    o = witness.add_parser("refused", help="the log-signed checkpoints refused as possible forks (JSON)")
+    o.add_argument("--db", required=True, help="the witness's SQLite file")
+    o.add_argument("--origin", help="only this log's")
+    p = verbs.add_parser("monitor", help="check what the ledger says and cosign it (an auditor's token; "
+                                         "docs/receipts.md#the-monitor)")
+    monitor = p.add_subparsers(dest="monitor_verb", required=True, metavar="MONITOR_VERB")
+    for name, what in (("run", "follow the log: check each new checkpoint, write the cosigned one"),
+                       ("serve", "be a witness of the log's policy that cosigns only what passes the checks")):
+        o = monitor.add_parser(name, help=what)
+        o.add_argument("--key", required=True, help="the monitor's key file (`witness keygen`; name it for what it "
+                                                    "checks, e.g. auditor.example/ldpmarket-budget-rules)")
+        o.add_argument("--db", required=True, help="the monitor's SQLite state (created)")
+        o.add_argument("--log", action="append", required=True, metavar="VKEY",
+                       help="the log's key (type 0x01 vkey, GET /api/v1/ledger/public-key/); repeatable")
+        if name == "run":
+            o.add_argument("--once", action="store_true", help="check the latest checkpoint and stop")
+            o.add_argument("--interval", type=float, default=60.0, help="seconds between checks (default 60)")
+            o.add_argument("--out", help="write each cosigned checkpoint to this file")
+        else:
+            o.add_argument("--listen", default="127.0.0.1:7381", help="host:port (default: 127.0.0.1:7381)")
+            o.add_argument("--witness-db", help="the witness part's SQLite file (default: <db>.witness)")
     return parser
 
 
@@ -212,13 +280,86 @@ def _read_json(path: str, what: str) -> dict:
     return data
 
 
+def _read_text(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise Unreadable(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _policy_checks(policy, bundle: dict, kept: dict | None) -> tuple[list[str], list[str], object]:
+    """``verify --policy`` (docs/receipts.md#witnesses): the receipts file's checkpoint note (and the kept
+    checkpoint's, when it has one) opened with the policy; ``(lines, problems, statement key)``, the key being the
+    policy's log key that signed the file's statement."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from .tlog.note import NoteError
+
+    lines, problems, key = [], [], None
+    for what, cp in (("the receipts file's checkpoint", bundle.get("checkpoint")), ("your checkpoint", kept)):
+        if not isinstance(cp, dict):
+            continue
+        note = cp.get("note")
+        if not isinstance(note, str):
+            if what == "your checkpoint":
+                continue  # an older checkpoint file: its statement signature is checked below
+            problems.append(f"{what} has no signed note (made before signed notes): check it with --public-key")
+            continue
+        try:
+            checkpoint, _, witnessed = policy.verify_checkpoint(note.encode())
+        except NoteError as exc:
+            problems.append(f"{what}: {exc}")
+            continue
+        if (checkpoint.size, checkpoint.root.hex()) != (cp.get("tree_size"), cp.get("root_hash")):
+            problems.append(f"{what}: its signed note states tree size {checkpoint.size} and another root than "
+                            f"its tree_size {cp.get('tree_size')} and root_hash")
+            continue
+        lines.append(f"PASS  policy: {what} (tree size {checkpoint.size}) is signed by {checkpoint.origin} and "
+                     f"witnessed by {len(witnessed)} of {len(policy.witnesses)}"
+                     f"{' (' + ', '.join(witnessed) + ')' if witnessed else ''}; quorum {policy.describe_quorum()}")
+    key_id = (bundle.get("checkpoint") or {}).get("key_id")
+    for member in policy.logs:
+        if hashlib.sha256(member.verifier.public).hexdigest() == key_id:
+            key = Ed25519PublicKey.from_public_bytes(member.verifier.public)
+    if key is None and not problems:
+        problems.append("no log key of the policy signed the receipts file's checkpoint statement")
+    return lines, problems, key
+
+
 def _verify(args) -> int:
     """``verify``: docs/receipts.md#checking-receipts, with no request to the service."""
+    from .tlog.note import NoteError
+    from .tlog.policy import parse_policy
+
     try:
         bundle = _read_json(args.receipts, "the receipts file")
         if bundle.get("format") != FORMAT:
             raise Unreadable(f"{args.receipts} is not a receipts file (format {bundle.get('format')!r}, not "
                              f"{FORMAT!r})")
+        if not args.policy and not (args.checkpoint and args.public_key):
+            raise Unreadable("give --policy (and optionally --checkpoint), or --checkpoint and --public-key")
+        if args.policy:
+            try:
+                policy = parse_policy(_read_text(args.policy, "the policy"))
+            except NoteError as exc:
+                raise Unreadable(f"the policy {args.policy}: {exc}") from None
+            kept = _read_json(args.checkpoint, "the checkpoint") if args.checkpoint else None
+            lines, problems, policy_key = _policy_checks(policy, bundle, kept)
+            for line in lines:
+                print(line)
+            if problems:
+                for problem in problems:
+                    print(f"FAIL  policy: {problem}")
+                print("RESULT: FAIL -- the checkpoint does not satisfy the policy")
+                return 1
+            if not args.public_key:
+                checkpoint = kept if kept is not None else bundle["checkpoint"]
+                consistency = _read_json(args.consistency, "the consistency proof") if args.consistency else None
+                report = verify_bundle(bundle, checkpoint, policy_key, consistency)
+                for line in report.lines():
+                    print(line)
+                return 0 if report.ok else 1
         checkpoint = _read_json(args.checkpoint, "the checkpoint")
         if checkpoint.get("format") == FORMAT:  # an older receipts file: its checkpoint
             checkpoint = checkpoint.get("checkpoint")
@@ -262,6 +403,51 @@ def _ledger(args, url: str, progress: bool) -> int:
             proof = client.request("GET", "ledger/consistency/",
                                    params={"first": args.first, "second": args.second}).json()
             _write_json(proof, args.out, f"the consistency proof from tree size {args.first} to {args.second}")
+        elif args.ledger_verb == "policy":
+            text = client.request("GET", "ledger/policy/").text
+            if args.out is None or args.out == "-":
+                sys.stdout.write(text)
+            else:
+                Path(args.out).write_text(text, encoding="utf-8")
+                print(f"wrote the ledger's trust policy to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _proof(args) -> int:
+    """``proof export`` and ``proof verify`` (docs/receipts.md#exporting-a-proof)."""
+    from .tlog.note import NoteError
+    from .tlog.policy import parse_policy
+    from .tlog.proof import Proof, format_proof, verify_proof
+
+    try:
+        if args.proof_verb == "export":
+            bundle = _read_json(args.receipts, "the receipts file")
+            receipts = bundle.get("receipts") or []
+            if not 0 <= args.receipt < len(receipts):
+                raise Unreadable(f"the file holds {len(receipts)} receipts: no receipt {args.receipt}")
+            receipt, note = receipts[args.receipt], (bundle.get("checkpoint") or {}).get("note")
+            if not isinstance(note, str):
+                raise Unreadable("the receipts file's checkpoint has no signed note (made before signed notes)")
+            proof = Proof(int(receipt["block_index"]), tuple(bytes.fromhex(h) for h in receipt["block_proof"]),
+                          note.encode(), bytes.fromhex(receipt["block_data"]))
+            data = format_proof(proof)
+            if args.out is None or args.out == "-":
+                sys.stdout.write(data.decode())
+            else:
+                Path(args.out).write_bytes(data)
+                print(f"wrote the proof of receipt {args.receipt}'s block (leaf {proof.index}) to {args.out}",
+                      file=sys.stderr)
+            return 0
+        policy = parse_policy(_read_text(args.policy, "the policy"))
+        checkpoint, witnessed = verify_proof(_read_text(args.proof, "the proof"), policy)
+    except Unreadable as exc:
+        print(f"ldpmarket-client proof: {exc}", file=sys.stderr)
+        return 2
+    except (NoteError, KeyError, TypeError, ValueError) as exc:
+        print(f"FAIL  {exc}")
+        return 1
+    print(f"PASS  the entry is in the log of {checkpoint.origin} at tree size {checkpoint.size}, witnessed by "
+          f"{len(witnessed)} of {len(policy.witnesses)}{' (' + ', '.join(witnessed) + ')' if witnessed else ''}")
     return 0
 
 
@@ -287,9 +473,97 @@ def _receipts(args, client: Client) -> int:
     return 0
 
 
+def _witness(args) -> int:
+    """The ``witness`` verbs (docs/client.md#running-a-witness): keys, the server, the refused checkpoints."""
+    import signal
+    import sqlite3
+    from contextlib import closing
+
+    from . import witness as w
+    from .tlog.note import COSIGNATURE_V1, NoteError, Signer, parse_vkey
+
+    try:
+        if args.witness_verb == "keygen":
+            signer = Signer.generate(args.name, COSIGNATURE_V1)
+            if args.out is None or args.out == "-":
+                print(signer.skey)
+                print(f"vkey: {signer.verifier.vkey}", file=sys.stderr)
+                return 0
+            fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never overwrite a key
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(signer.skey + "\n")
+            print(f"wrote the witness key {args.name} to {args.out}", file=sys.stderr)
+            print(signer.verifier.vkey)
+        elif args.witness_verb == "vkey":
+            print(w.load_signer(args.key).verifier.vkey)
+        elif args.witness_verb == "serve":
+            witness = w.Witness(w.load_signer(args.key), [parse_vkey(v) for v in args.log], args.db, log=w.stderr_log)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
+            w.serve(witness, args.listen, args.prefix)
+        elif args.witness_verb == "refused":
+            uri = Path(args.db).resolve().as_uri() + "?mode=ro"  # read only; never creates a file
+            with closing(sqlite3.connect(uri, uri=True)) as conn:
+                _print_json(w.refusals(conn, args.origin))
+    except (NoteError, ValueError, sqlite3.Error) as exc:
+        print(f"ldpmarket-client witness: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _monitor(args, url: str, token: str) -> int:
+    """The ``monitor`` verbs (docs/receipts.md#the-monitor): 0 while every check passes, 1 at a violation."""
+    import signal
+    import time
+
+    from . import witness as w
+    from .monitor import Monitor
+    from .tlog.note import NoteError, parse_vkey
+
+    try:
+        signer = w.load_signer(args.key)
+        monitor = Monitor(url, token, [parse_vkey(v) for v in args.log], signer, args.db)
+    except (NoteError, ValueError, OSError) as exc:
+        print(f"ldpmarket-client monitor: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.monitor_verb == "serve":
+        witness = w.Witness(signer, monitor.logs, args.witness_db or f"{args.db}.witness", log=w.stderr_log,
+                            vet=monitor.vet)
+        w.serve(witness, args.listen)
+        return 0
+    try:
+        while True:
+            outcome = monitor.follow()
+            if outcome.unavailable:
+                print(f"unavailable, trying again later: {outcome.unavailable}", file=sys.stderr)
+                if args.once:
+                    return 2
+                time.sleep(args.interval)
+                continue
+            if outcome.violation:
+                print(f"VIOLATION at tree size {outcome.size}: {outcome.violation}", file=sys.stderr)
+                return 1
+            print(f"cosigned tree size {outcome.size}: {outcome.blocks} new blocks, {outcome.checked} entries "
+                  f"replayed", file=sys.stderr)
+            if args.out:
+                Path(args.out).write_bytes(outcome.cosigned)
+            if args.once:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    except (NoteError, OSError) as exc:
+        print(f"ldpmarket-client monitor: {exc}", file=sys.stderr)
+        return 2
+
+
 def run(args) -> int:
     if args.verb == "verify":
         return _verify(args)
+    if args.verb == "witness":
+        return _witness(args)
+    if args.verb == "proof":
+        return _proof(args)
     path = config_path(args.config)
     config = load_config(path)
     url = args.url or os.environ.get("LDPMARKET_URL") or config.get("url") or DEFAULT_URL
@@ -316,6 +590,8 @@ def run(args) -> int:
         print("ldpmarket-client: not signed in: run `ldpmarket-client login`, or set LDPMARKET_TOKEN",
               file=sys.stderr)
         return 2
+    if args.verb == "monitor":
+        return _monitor(args, url, token)
     with Client(url, token, progress=progress) as client:
         if args.verb == "owner":
             return _owner(args, client)

@@ -31,15 +31,28 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+# The package's own RFC 6962 code, so that it depends on nothing of the service; tests/client/test_receipts_verify.py
+# and tests/client/test_tlog_merkle.py check it against the service's accounts/ledger/merkle.py.
+from .tlog.merkle import LEAF_PREFIX, NODE_PREFIX, leaf_hash, node_hash, verify_consistency, verify_inclusion  # noqa: F401
+
 FORMAT = "ldpmarket-receipts-v1"
 STATEMENT_HEADER = "ldpmarket ledger checkpoint v1"
+#: Entry data (docs/receipts.md#entry-data): version 1, the entry's fields alone; version 2, blinded by the
+#: entry's own 32-byte key, which follows the marker.
 ENTRY_MARKER = b"ldpmarket-ledger-entry-leaf-v1\x00"
+ENTRY_MARKER_V2 = b"ldpmarket-ledger-entry-leaf-v2\x00"
+#: Block leaf data (docs/receipts.md#block-leaf-data-135-bytes): its marker says how its entries are hashed.
 BLOCK_MARKER = b"ldpmarket-ledger-block-leaf-v1\x00"
-#: The 16 little-endian int64 of an entry's data, in order (docs/receipts.md#entry-data-159-bytes).
+BLOCK_MARKER_V2 = b"ldpmarket-ledger-block-leaf-v2\x00"
+ENTRY_MARKERS = {1: ENTRY_MARKER, 2: ENTRY_MARKER_V2}
+BLOCK_MARKERS = {1: BLOCK_MARKER, 2: BLOCK_MARKER_V2}
+KEY_SIZE = 32
+#: The 16 little-endian int64 of an entry's data, in order (docs/receipts.md#entry-data).
 ENTRY_FIELDS = ("value", "kind", "epsilon", "purchase", "chain_before", "chain_after", "oneshot_before",
                 "oneshot_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at",
                 "schedule_shape", "schedule_steps", "guarantee")
-ENTRY_DATA_SIZE = len(ENTRY_MARKER) + 8 * len(ENTRY_FIELDS)  # 159
+ENTRY_DATA_SIZE = len(ENTRY_MARKER) + 8 * len(ENTRY_FIELDS)  # 159, version 1
+ENTRY_DATA_SIZES = {1: ENTRY_DATA_SIZE, 2: ENTRY_DATA_SIZE + KEY_SIZE}  # 191, version 2
 #: The 5 little-endian int64 of a block's leaf data, then its hash and its entries root (32 bytes each).
 BLOCK_FIELDS = ("shard", "height", "block_id", "entry_count", "created_at")
 BLOCK_DATA_SIZE = len(BLOCK_MARKER) + 8 * len(BLOCK_FIELDS) + 32 + 32
@@ -63,100 +76,39 @@ DESCRIPTIONS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------- RFC 6962 / 9162
-# Deliberately a copy of the verify functions of the service's accounts/ledger/merkle.py, so that this package depends
-# on nothing of the service; tests/client/test_receipts_verify.py checks that both agree on random trees.
-
-LEAF_PREFIX, NODE_PREFIX = b"\x00", b"\x01"
-
-
-def leaf_hash(data: bytes) -> bytes:
-    return hashlib.sha256(LEAF_PREFIX + data).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    return hashlib.sha256(NODE_PREFIX + left + right).digest()
-
-
-def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], expected_root: bytes) -> bool:
-    """Whether ``leaf`` (a leaf hash) is leaf ``index`` of the tree of ``size`` leaves with ``expected_root``
-    (RFC 9162 section 2.1.3.2)."""
-    if not 0 <= index < size:
-        return False
-    fn, sn, r = index, size - 1, leaf
-    for p in proof:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            r = node_hash(r, p)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and r == expected_root
-
-
-def verify_consistency(m: int, n: int, first_root: bytes, second_root: bytes, proof: Sequence[bytes]) -> bool:
-    """Whether the tree of size ``m`` with ``first_root`` is a prefix of the tree of size ``n`` with
-    ``second_root`` (RFC 9162 section 2.1.4.2)."""
-    if not 0 < m <= n:
-        return False
-    if m == n:
-        return not proof and first_root == second_root
-    proof = list(proof)
-    if m & (m - 1) == 0:  # m a power of two: the first root is the proof's implicit first node
-        proof = [first_root] + proof
-    if not proof:
-        return False
-    fn, sn = m - 1, n - 1
-    while fn & 1:
-        fn >>= 1
-        sn >>= 1
-    fr = sr = proof[0]
-    for c in proof[1:]:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            fr = node_hash(c, fr)
-            sr = node_hash(c, sr)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and fr == first_root and sr == second_root
-
-
 # ------------------------------------------------------------------------------------------------ decoding
 
+def _version(data: bytes, markers: dict[int, bytes], sizes: dict[int, int]) -> int:
+    """The version whose marker ``data`` starts with and whose size it has; ``ValueError`` saying why not."""
+    version = next((v for v, marker in markers.items() if data.startswith(marker)), None)
+    if version is None:
+        if len(data) not in sizes.values():
+            raise ValueError(f"is {len(data)} bytes, not {' or '.join(str(n) for n in sorted(set(sizes.values())))}")
+        raise ValueError(f"does not start with the marker {' or '.join(repr(m) for m in markers.values())}")
+    if len(data) != sizes[version]:
+        raise ValueError(f"is {len(data)} bytes, not {sizes[version]} (version {version})")
+    return version
+
+
 def decode_entry(data: bytes) -> dict[str, int]:
-    """An entry's 16 fields from its data (docs/receipts.md#entry-data-159-bytes); ``ValueError`` if it is not
-    entry data."""
-    if len(data) != ENTRY_DATA_SIZE:
-        raise ValueError(f"is {len(data)} bytes, not {ENTRY_DATA_SIZE}")
-    if not data.startswith(ENTRY_MARKER):
-        raise ValueError(f"does not start with the marker {ENTRY_MARKER!r}")
-    return dict(zip(ENTRY_FIELDS, struct.unpack(f"<{len(ENTRY_FIELDS)}q", data[len(ENTRY_MARKER):])))
+    """An entry's 16 fields from its data (docs/receipts.md#entry-data), with ``version`` (1, or 2 when the data
+    holds the entry's blinding key after the marker); ``ValueError`` if it is not entry data."""
+    version = _version(data, ENTRY_MARKERS, ENTRY_DATA_SIZES)
+    fields = dict(zip(ENTRY_FIELDS, struct.unpack(f"<{len(ENTRY_FIELDS)}q", data[-8 * len(ENTRY_FIELDS):])))
+    fields["version"] = version
+    return fields
 
 
 def decode_block(data: bytes) -> dict[str, Any]:
-    """A block leaf's fields (docs/receipts.md#block-leaf-data-135-bytes): ``shard``, ``height``, ``block_id``,
-    ``entry_count``, ``created_at`` (microseconds), ``block_hash`` and ``entries_root`` (bytes)."""
-    if len(data) != BLOCK_DATA_SIZE:
-        raise ValueError(f"is {len(data)} bytes, not {BLOCK_DATA_SIZE}")
-    if not data.startswith(BLOCK_MARKER):
-        raise ValueError(f"does not start with the marker {BLOCK_MARKER!r}")
+    """A block leaf's fields (docs/receipts.md#block-leaf-data-135-bytes): ``version`` (of its entries' data, by
+    its marker), ``shard``, ``height``, ``block_id``, ``entry_count``, ``created_at`` (microseconds),
+    ``block_hash`` and ``entries_root`` (bytes)."""
+    version = _version(data, BLOCK_MARKERS, dict.fromkeys(BLOCK_MARKERS, BLOCK_DATA_SIZE))
     at = len(BLOCK_MARKER) + 8 * len(BLOCK_FIELDS)
     fields: dict[str, Any] = dict(zip(BLOCK_FIELDS, struct.unpack(f"<{len(BLOCK_FIELDS)}q",
                                                                   data[len(BLOCK_MARKER):at])))
     fields["block_hash"], fields["entries_root"] = data[at:at + 32], data[at + 32:]
+    fields["version"] = version
     return fields
 
 
@@ -384,7 +336,7 @@ def _same_log(mine: dict, theirs: dict, consistency) -> list[str]:
         if given != roots[size].hex():
             problems.append(f"the consistency proof's {name} {given!r} is not the signed root of tree size {size} "
                             f"({roots[size].hex()})")
-    if not verify_consistency(lo, hi, roots[lo], roots[hi], proof):
+    if lo < 1 or not verify_consistency(lo, hi, roots[lo], roots[hi], proof):
         problems.append(f"forked log: the consistency proof does not show that the log of tree size {lo} (root "
                         f"{roots[lo].hex()}) is a prefix of the log of tree size {hi} (root {roots[hi].hex()})")
     return problems
@@ -514,6 +466,9 @@ def _receipt(i: int, r, checkpoint_tree: tuple[int, bytes] | None) -> tuple[list
         if block["entry_count"] != block_size:
             problems.append(f"block_size {block_size} is not the entry count {block['entry_count']} that block_data "
                             f"proves for block {block['block_id']}")
+        if fields["version"] != block["version"]:
+            problems.append(f"entry_data is a version-{fields['version']} entry, but block_data proves that the "
+                            f"entries of block {block['block_id']} are version {block['version']}")
         try:
             proof = _proof(r.get("entry_proof"), "entry_proof")
         except _Bad as exc:

@@ -59,4 +59,4 @@ def test_the_order_is_the_one_the_docs_cite():
     """The order has one statement, this enum: reordering it is a deliberate change, pinned here."""
     assert [lock.name for lock in sorted(Lock)] == [
         "PURCHASE", "BUDGETS", "VALUE", "CHAIN", "BUYER_CREDIT", "OWNERS_PENDING", "PAYOUT", "OWNER_EARNINGS",
-        "LEDGER_HEAD", "PLATFORM", "CHECKPOINT_LOG"]
+        "LEDGER_HEAD", "PLATFORM", "CHECKPOINT_LOG", "WITNESS"]

@@ -114,3 +114,19 @@ def superuser(db) -> User:
 @pytest.fixture
 def owner(db) -> User:
     return OwnerFactory()
+
+
+@pytest.fixture
+def policy_witness(db, tmp_path, settings):
+    """A witness of the log's policy, made as a deployment makes it: a line of the LDP_WITNESS_POLICY file, read by
+    the service (``accounts.ledger.witnesses.sync_witnesses``).  Nothing listens at its URL."""
+    from accounts.ledger.witnesses import sync_witnesses
+    from accounts.models import LedgerWitness
+    from ldpmarket_client.tlog.note import COSIGNATURE_V1, Signer
+
+    witness = Signer.generate("witness.test/w1", COSIGNATURE_V1)
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"witness w1 {witness.verifier.vkey} http://127.0.0.1:9/\nquorum w1\n")
+    settings.LDP_WITNESS_POLICY = str(policy)
+    (witness_id,) = sync_witnesses()
+    return LedgerWitness.objects.get(pk=witness_id)

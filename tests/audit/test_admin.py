@@ -54,7 +54,8 @@ def test_every_model_of_the_service_is_registered():
     assert labels == {"accounts.User", "accounts.BudgetAccount", "accounts.LedgerBlock", "accounts.LedgerHead",
                       "accounts.LedgerEntry", "accounts.MoneyAccount", "accounts.MoneyEntry", "market.Dataset",
                       "market.Attribute", "market.Value", "market.Purchase", "market.PurchaseChunk",
-                      "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint"}
+                      "accounts.TopUp", "accounts.PayoutRequest", "accounts.LedgerCheckpoint",
+                      "accounts.LedgerWitness", "accounts.LedgerLogKey"}
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def money_rows(market):
     checkpoint_make()
 
 
-def test_auditor_logs_in_and_views_every_changelist_and_change_page(market, money_rows, auditor):
+def test_auditor_logs_in_and_views_every_changelist_and_change_page(market, money_rows, auditor, policy_witness):
     client = Client()
     response = client.post("/admin/login/?next=/admin/", {"username": auditor.username, "password": PASSWORD})
     assert response.status_code == 302 and response["Location"] == "/admin/"
@@ -93,7 +94,7 @@ def test_auditor_logs_in_and_views_every_changelist_and_change_page(market, mone
         assert client.get(url(model, "history", obj.pk)).status_code == 200, model
 
 
-def test_auditor_changes_nothing(market, money_rows, auditor):
+def test_auditor_changes_nothing(market, money_rows, auditor, policy_witness):
     client = logged_in(auditor)
     counts = {m: m.objects.count() for m in registered()}
     for model in registered():

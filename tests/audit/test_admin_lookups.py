@@ -37,7 +37,8 @@ ROLES = ["auditor", "staff", "superuser"]
 #: Every change list an auditor opens (and staff: the same role predicates, no Django permissions needed).
 AUDITED = {"accounts.User", "accounts.BudgetAccount", "accounts.LedgerBlock", "accounts.LedgerHead",
            "accounts.LedgerEntry", "accounts.MoneyAccount", "accounts.MoneyEntry", "accounts.TopUp",
-           "accounts.PayoutRequest", "accounts.LedgerCheckpoint", "market.Dataset", "market.Attribute",
+           "accounts.PayoutRequest", "accounts.LedgerCheckpoint", "accounts.LedgerWitness", "accounts.LedgerLogKey",
+           "market.Dataset", "market.Attribute",
            "market.Value", "market.Purchase", "market.PurchaseChunk"}
 
 #: Declared filters that read a bare field name (``?<field>=...``): Django's AllValuesFieldListFilter (a field
@@ -112,8 +113,8 @@ def survey(db) -> Purchase:
 
 
 @pytest.fixture
-def rows(market, money_rows, survey):  # noqa: F811 (money_rows is the fixture imported above)
-    """A row of every model (chain and survey purchases, money, a checkpoint)."""
+def rows(market, money_rows, survey, policy_witness):  # noqa: F811 (money_rows is the fixture imported above)
+    """A row of every model (chain and survey purchases, money, a checkpoint and its key, a witness of the policy)."""
     return survey
 
 

@@ -4,6 +4,7 @@ catching a lost tail, a forged or re-rooted checkpoint and a block moved between
 receipts: tests/audit/test_receipts.py."""
 from __future__ import annotations
 
+import base64
 import threading
 
 import numpy as np
@@ -129,11 +130,28 @@ def test_a_lost_tail_is_caught_even_with_its_head_moved_back(market):
     assert not [c for c in report.failed if c.section == "Hash chain"]  # the chain alone cannot tell
 
 
+STATEMENT_SIGNED = "each checkpoint's statement is signed by a key of the log's key history (Ed25519)"
+NOTE_SIGNED = ("each checkpoint's signed note states its size and root under the log's origin, and every log signature "
+               "on it verifies (docs/receipts.md#checkpoints-as-signed-notes)")
+
+
 def test_a_forged_or_rerooted_checkpoint_is_caught(market):
     checkpoint = checkpoint_make()
     with tampering():
         sql("UPDATE accounts_ledgercheckpoint SET signature = %s WHERE id = %s", ["00" * 64, checkpoint.id])
-    assert "each checkpoint is signed by the service's ledger key (Ed25519)" in failed_names(audit_budgets())
+    assert STATEMENT_SIGNED in failed_names(audit_budgets())
+    good = checkpoint.note
+    root_line = good.split("\n")[2]
+    other_root = base64.b64encode(bytes(32)).decode()
+    for forged in (good.replace(root_line, other_root),          # another root under the same signature
+                   good.replace("ldpmarket.test/log", "elsewhere.test/log"),  # another origin
+                   good.split("\n\n")[0] + "\n\n"):            # no signature at all
+        with tampering():
+            sql("UPDATE accounts_ledgercheckpoint SET note = %s WHERE id = %s", [forged, checkpoint.id])
+        assert NOTE_SIGNED in failed_names(audit_budgets()), forged
+    with tampering():
+        sql("UPDATE accounts_ledgercheckpoint SET note = %s WHERE id = %s", [good, checkpoint.id])
+    assert NOTE_SIGNED not in failed_names(audit_budgets())
     with tampering():
         sql("UPDATE accounts_ledgercheckpointleaf SET head_hash = %s WHERE checkpoint_id = %s",
             ["ab" * 32, checkpoint.id])

@@ -17,16 +17,19 @@ from accounts.ledger import hashchain as ledger
 from accounts.ledger import merkle, signing
 from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 from accounts.ledger.leaves import (
-    BLOCK_LEAF_MARKER,
-    ENTRY_LEAF_MARKER,
+    BLOCK_LEAF_MARKERS,
+    ENTRY_LEAF_MARKERS,
+    LEAF_VERSION,
     TREE_CHUNK,
     TREE_WINDOW,
     block_tree,
+    entry_keys,
     entry_leaf_data,
     entry_leaf_hashes,
     entry_tree,
     head_leaf,
     log_leaf_hashes,
+    position_ids,
     records_at,
 )
 from accounts.ledger.receipts import receipts_bundle
@@ -48,10 +51,12 @@ MICRO = 10 ** 6
 
 
 def proven_entry(data: bytes) -> dict:
-    """Decode a receipt's entry data (docs/receipts.md#entry-data-159-bytes)."""
-    assert data[:31] == ENTRY_LEAF_MARKER and len(data) == 159
-    f = np.frombuffer(data[31:], dtype="<i8")
-    return dict(zip(ledger.ENTRY.names, (int(x) for x in f)))
+    """Decode a receipt's entry data (docs/receipts.md#entry-data): version 1 (159 bytes) or 2 (191 bytes, the
+    entry's key after the marker); ``version`` says which."""
+    version = next(v for v, marker in ENTRY_LEAF_MARKERS.items() if data[:31] == marker)
+    assert len(data) == {1: 159, 2: 191}[version]
+    f = np.frombuffer(data[-128:], dtype="<i8")
+    return {**dict(zip(ledger.ENTRY.names, (int(x) for x in f))), "version": version}
 
 
 def verify_with_merkle(bundle) -> int:
@@ -62,7 +67,9 @@ def verify_with_merkle(bundle) -> int:
     root = bytes.fromhex(cp["root_hash"])
     for r in bundle["receipts"]:
         block = bytes.fromhex(r["block_data"])
-        assert block[:31] == BLOCK_LEAF_MARKER and len(block) == 135
+        assert block[:31] in BLOCK_LEAF_MARKERS.values() and len(block) == 135
+        assert proven_entry(bytes.fromhex(r["entry_data"]))["version"] == (
+            1 if block[:31] == BLOCK_LEAF_MARKERS[1] else 2)  # the block leaf states its entries' version
         entries_root = block[-32:]
         assert merkle.verify_inclusion(r["entry_index"], r["block_size"],
                                        merkle.leaf_hash(bytes.fromhex(r["entry_data"])),
@@ -100,15 +107,18 @@ def test_records_at_reads_what_the_hash_covers(market):
             assert records_at(block.id, 1, 3).tobytes() == stored[1:3].tobytes()
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 2047, 2048, 2049, 4097, 6145])
-def test_the_entries_root_is_the_rfc6962_root_over_every_entry(n):
+def test_the_entries_root_is_the_rfc6962_root_over_every_entry(n, version):
     rng = np.random.default_rng(n)
     records = np.zeros(n, dtype=ledger.ENTRY)
     for name in ledger.ENTRY.names:
         records[name] = rng.integers(-1, 10 ** 9, n)
-    root, chunks = entry_tree(records)
-    leaves = [merkle.leaf_hash(entry_leaf_data(r)) for r in records]
-    assert leaves == entry_leaf_hashes(records)
+    ids = position_ids(7, 0, n) if version == 2 else None
+    root, chunks = entry_tree(records, version, ids)
+    keys = entry_keys(ids) if version == 2 else [None] * n
+    leaves = [merkle.leaf_hash(entry_leaf_data(r, version, k)) for r, k in zip(records, keys)]
+    assert leaves == entry_leaf_hashes(records, version, ids)
     assert root == merkle.root(leaves) and len(chunks) == -(-n // TREE_CHUNK)
     tree = merkle.Tree(leaves)
     for i in {0, n // 2, n - 1}:
@@ -119,6 +129,7 @@ def test_every_entry_of_every_value_has_a_receipt_that_verifies(market):
     checkpoint = checkpoint_make()
     assert checkpoint.appended == LedgerBlock.objects.count() == LedgerCheckpointLeaf.objects.count()
     assert blocks_awaiting_checkpoint() == 0
+    assert set(LedgerCheckpointLeaf.objects.values_list("version", flat=True)) == {LEAF_VERSION} == {2}
     bundle = receipts_bundle(value_ids=all_value_ids())
     assert bundle["format"] == "ldpmarket-receipts-v1" and not bundle["pending"]
     assert bundle["checkpoint"]["tree_size"] == checkpoint.tree_size
@@ -148,7 +159,7 @@ def test_oneshot_releases_and_surveys_have_receipts(db):
     receipts_chain(bundle)
     for block in LedgerBlock.objects.all():  # v2-hashed blocks (guarantees) re-hash a window at a time too
         assert block_tree(block.id, block.shard, block.prev_hash, block.created_at, block.entry_count,
-                                 TREE_CHUNK)[0] == block.hash
+                                 TREE_CHUNK, version=LEAF_VERSION)[0] == block.hash
     guarantees = {r["entry"]["guarantee"] for r in bundle["receipts"] if r["entry"]["kind"] == "oneshot_release"}
     assert guarantees == {"uldp", "per_report_non_collusion"}
     assert all(proven_entry(bytes.fromhex(r["entry_data"]))["guarantee"] > 0 for r in bundle["receipts"]
@@ -207,10 +218,15 @@ def test_a_receipt_deep_in_a_large_block(db):
     blocks = list(LedgerBlock.objects.filter(entry_count=4200))
     assert len(blocks) == 2
     for block in blocks:
-        whole = entry_tree(ledger.stored_records(block))
-        for window in (TREE_CHUNK, 2 * TREE_CHUNK, TREE_WINDOW):
-            assert block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, window) == (
-                block.hash, *whole)
+        for version in (1, 2):
+            ids = position_ids(block.id, 0, 4200) if version == 2 else None
+            whole = entry_tree(ledger.stored_records(block), version, ids)
+            for window in (TREE_CHUNK, 2 * TREE_CHUNK, TREE_WINDOW):
+                assert block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, window,
+                                  version=version) == (block.hash, *whole)
+        leaf = LedgerCheckpointLeaf.objects.get(block_id=block.id)
+        assert leaf.version == 2 and leaf.entries_root == entry_tree(
+            ledger.stored_records(block), 2, position_ids(block.id, 0, 4200))[0].hex()
     with pytest.raises(ValueError):
         block_tree(block.id, block.shard, block.prev_hash, block.created_at, 4200, 1000)
 

@@ -13,6 +13,7 @@ fresh Ed25519 key.  It needs no database and no Django settings::
     fx.checkpoint                # its checkpoint (a dict, one item of GET /api/v1/ledger/checkpoints/)
     fx.public_key_pem            # bytes (``.decode()`` for JSON)
     newer, proof = fx.grow(4)    # a later checkpoint (4 leaves more) and the consistency proof to it
+    blinded = rf.build([[seven[0]]], version=2)   # block leaves of version 2: entries blinded by their keys
 
 Amounts are micro-epsilons (ints), times microseconds since 1970 or aware datetimes.  Every function returns
 plain dicts and lists that ``json.dumps`` takes as they are.
@@ -20,6 +21,7 @@ plain dicts and lists that ``json.dumps`` takes as they are.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,16 +36,27 @@ FORMAT = "ldpmarket-receipts-v1"
 HEADER = "ldpmarket ledger checkpoint v1"
 ENTRY_MARKER = b"ldpmarket-ledger-entry-leaf-v1\x00"
 BLOCK_MARKER = b"ldpmarket-ledger-block-leaf-v1\x00"
+#: Version 2 (docs/receipts.md#entry-data): entry data blinded by the entry's key, in blocks whose leaf says so.
+ENTRY_MARKER_V2 = b"ldpmarket-ledger-entry-leaf-v2\x00"
+BLOCK_MARKER_V2 = b"ldpmarket-ledger-block-leaf-v2\x00"
+ENTRY_MARKERS = {1: ENTRY_MARKER, 2: ENTRY_MARKER_V2}
+BLOCK_MARKERS = {1: BLOCK_MARKER, 2: BLOCK_MARKER_V2}
 HEAD_MARKER = b"ldpmarket-shard-head-v1\x00"
-#: The entry data's 16 fields, in order (docs/receipts.md#entry-data-159-bytes).
+#: The fixtures' blinding key (the service derives its own from LDP_LEDGER_BLINDING_KEY): a verifier never sees
+#: it, only each entry's key.
+BLINDING_KEY = hashlib.sha256(b"ldpmarket receipt fixtures: blinding key").digest()
+#: The entry data's 16 fields, in order (docs/receipts.md#entry-data).
 FIELDS = ("value", "kind", "epsilon", "purchase", "chain_before", "chain_after", "oneshot_before", "oneshot_after",
           "ceiling", "schedule_start", "schedule_cap", "schedule_start_at", "schedule_end_at", "schedule_shape",
           "schedule_steps", "guarantee")
 KINDS = ("chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted",
          "owner_custody", "owner_upload")
 GUARANTEES = ("", "ldp", "uldp", "per_report_non_collusion")
-#: Where each field's 8 bytes sit in the entry data (for tests that change one).
+#: Where each field's 8 bytes sit in the entry data (for tests that change one): version 1, and version 2 (after
+#: the entry's key, at ``KEY_OFFSET``).
 OFFSETS = {name: len(ENTRY_MARKER) + 8 * i for i, name in enumerate(FIELDS)}
+KEY_OFFSET = len(ENTRY_MARKER_V2)
+OFFSETS_V2 = {name: at + 32 for name, at in OFFSETS.items()}
 #: Where the block leaf's parts sit in its data.
 BLOCK_OFFSETS = {"shard": 31, "height": 39, "block_id": 47, "entry_count": 55, "created_at": 63, "block_hash": 71,
                  "entries_root": 103}
@@ -102,19 +115,28 @@ def history(value: int, steps: Iterable[tuple], *, purchase: int = 1) -> list[di
     return out
 
 
-def entry_data(rec: dict[str, int] | Sequence[int]) -> bytes:
-    """The 159 bytes of an entry (a dict of the 16 fields, or the 16 ints in order)."""
+def entry_key(entry_id: int, blinding_key: bytes = BLINDING_KEY) -> bytes:
+    """An entry's blinding key: HMAC-SHA256 of its id (8 bytes, big-endian) under the blinding key."""
+    return hmac.new(blinding_key, entry_id.to_bytes(8, "big"), hashlib.sha256).digest()
+
+
+def entry_data(rec: dict[str, int] | Sequence[int], version: int = 1, key: bytes | None = None) -> bytes:
+    """An entry's data (a dict of the 16 fields, or the 16 ints in order): version 1, its 159 bytes; version 2, its
+    191 bytes, blinded by ``key`` (32 bytes, :func:`entry_key`)."""
     values = [rec[name] for name in FIELDS] if isinstance(rec, dict) else list(rec)
     if len(values) != len(FIELDS):
         raise ValueError(f"an entry has {len(FIELDS)} fields, not {len(values)}")
-    return ENTRY_MARKER + struct.pack("<16q", *values)
+    if version == 2 and (key is None or len(key) != 32):
+        raise ValueError("a version-2 entry needs its 32-byte key")
+    return ENTRY_MARKERS[version] + (key if version == 2 else b"") + struct.pack("<16q", *values)
 
 
 def block_data(shard: int, height: int, block_id: int, entry_count: int, created_at_us: int, block_hash: bytes,
-               entries_root: bytes) -> bytes:
-    """A block's 135 bytes in the checkpoint log (docs/receipts.md#block-leaf-data-135-bytes)."""
-    return (BLOCK_MARKER + struct.pack("<5q", shard, height, block_id, entry_count, created_at_us) + block_hash
-            + entries_root)
+               entries_root: bytes, version: int = 1) -> bytes:
+    """A block's 135 bytes in the checkpoint log (docs/receipts.md#block-leaf-data-135-bytes); ``version`` says
+    how its entries are hashed."""
+    return (BLOCK_MARKERS[version] + struct.pack("<5q", shard, height, block_id, entry_count, created_at_us)
+            + block_hash + entries_root)
 
 
 def head_leaf(shard: int, blocks: int) -> bytes:
@@ -225,14 +247,20 @@ class Fixture:
 
 def build(blocks: Sequence[Sequence[dict[str, int] | Sequence[int]]], *, values: Iterable[int] | None = None,
           foreign_leaves: int = 0, trailing_leaves: int = 0, shard: int = 3, first_block_id: int = 100,
-          key: Ed25519PrivateKey | None = None, created_at: datetime = T0, pending: list | None = None) -> Fixture:
+          key: Ed25519PrivateKey | None = None, created_at: datetime = T0, pending: list | None = None,
+          version: int | Sequence[int] = 1, entry_version: int | None = None) -> Fixture:
     """A valid receipts file over ``blocks`` (each a list of entry records, as :func:`record` or 16 ints).
 
     The log holds ``foreign_leaves`` head leaves, then one leaf per block in order, then ``trailing_leaves``
     more; the checkpoint covers all of them.  Receipts are made for the entries of ``values`` (default: every
-    value), grouped by value (ascending), each value's in ledger order; ``pending`` is copied as it is."""
+    value), grouped by value (ascending), each value's in ledger order; ``pending`` is copied as it is.
+    ``version``: the leaf version of every block, or one per block (2: entries blinded by :func:`entry_key`).
+    ``entry_version``: hash every entry as this version whatever its block leaf says (a faulty service)."""
     key = key or new_key()
     blocks = [[r if isinstance(r, dict) else dict(zip(FIELDS, r)) for r in b] for b in blocks]
+    versions = [version] * len(blocks) if isinstance(version, int) else list(version)
+    if len(versions) != len(blocks):
+        raise ValueError(f"{len(versions)} versions for {len(blocks)} blocks")
     leaves = [head_leaf(1000 + i, i + 1) for i in range(foreign_leaves)]
     block_leaves, made = [], []
     prev = bytes(32)
@@ -240,13 +268,17 @@ def build(blocks: Sequence[Sequence[dict[str, int] | Sequence[int]]], *, values:
         if not records:
             raise ValueError("a block holds at least one entry")
         at = created_at - timedelta(minutes=len(blocks) - n)
-        entry_leaves = [merkle.leaf_hash(entry_data(r)) for r in records]
+        hashed = entry_version or versions[n]
+        datas = [entry_data(r, hashed, entry_key((first_block_id + n) * 2 ** 24 + position) if hashed == 2 else None)
+                 for position, r in enumerate(records)]
+        entry_leaves = [merkle.leaf_hash(d) for d in datas]
         entries_root = merkle.root(entry_leaves)
         block_hash = hashlib.sha256(prev + entries_root).digest()  # stands in for the chain's hash
-        data = block_data(shard, n + 1, first_block_id + n, len(records), micros(at), block_hash, entries_root)
+        data = block_data(shard, n + 1, first_block_id + n, len(records), micros(at), block_hash, entries_root,
+                          versions[n])
         block_leaves.append(len(leaves))
         leaves.append(data)
-        made.append((at, entry_leaves, data))
+        made.append((at, entry_leaves, data, datas))
         prev = block_hash
     leaves += [head_leaf(2000 + i, i + 1) for i in range(trailing_leaves)]
     log = [merkle.leaf_hash(d) for d in leaves]
@@ -255,7 +287,7 @@ def build(blocks: Sequence[Sequence[dict[str, int] | Sequence[int]]], *, values:
     wanted = None if values is None else set(values)
     by_value: dict[int, list[dict]] = {}
     for n, records in enumerate(blocks):
-        at, entry_leaves, data = made[n]
+        at, entry_leaves, data, datas = made[n]
         block_proof = None
         for position, rec in enumerate(records):
             if wanted is not None and rec["value"] not in wanted:
@@ -263,7 +295,7 @@ def build(blocks: Sequence[Sequence[dict[str, int] | Sequence[int]]], *, values:
             block_proof = block_proof or [p.hex() for p in merkle.inclusion_proof(block_leaves[n], log)]
             by_value.setdefault(rec["value"], []).append({
                 "entry": entry_json(rec, (first_block_id + n) * 2 ** 24 + position, at),
-                "entry_data": entry_data(rec).hex(), "entry_index": position, "block_size": len(records),
+                "entry_data": datas[position].hex(), "entry_index": position, "block_size": len(records),
                 "entry_proof": [p.hex() for p in merkle.inclusion_proof(position, entry_leaves)],
                 "block_data": data.hex(), "block_index": block_leaves[n], "block_proof": list(block_proof)})
     checkpoint = sign_checkpoint(key, len(leaves), root, created_at)

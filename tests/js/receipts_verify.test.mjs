@@ -219,6 +219,40 @@ describe("decoding", () => {
     assert.throws(() => v.decodeBlock(v.hexToBytes("00" + r.block_data.slice(2))), /marker/);
   });
 
+  test("version-2 entry data decodes with its key; each block names its entries' version", () => {
+    let seen = 0;
+    for (const name of ["two_values_v2", "mixed_versions"]) {
+      for (const r of VECTORS.bundles[name].receipts) {
+        const bytes = v.hexToBytes(r.entry_data);
+        const entry = v.decodeEntry(bytes);
+        const block = v.decodeBlock(v.hexToBytes(r.block_data));
+        assert.equal(entry.version, block.version);
+        assert.equal(bytes.length, entry.version === 2 ? 191 : 159);
+        if (entry.version === 2) {
+          seen += 1;
+          assert.equal(v.bytesToHex(entry.key), r.entry_data.slice(62, 126));
+          // the same fields as the entry shown, read after the key
+          assert.deepEqual(v.entryDifferences(r.entry, entry), []);
+        } else {
+          assert.equal(entry.key, undefined);
+        }
+      }
+    }
+    assert.ok(seen >= 10, `${seen} version-2 receipts`);
+  });
+
+  test("version-2 entry data of the wrong length or marker is refused", () => {
+    const r = VECTORS.bundles.two_values_v2.receipts[0];
+    const hex = r.entry_data;
+    const keyless = hex.slice(0, 62) + hex.slice(126);
+    assert.throws(() => v.decodeEntry(v.hexToBytes(keyless)), /159 bytes, not 191 \(version 2\)/);
+    assert.throws(() => v.decodeEntry(v.hexToBytes(hex.slice(0, -2))), /190 bytes, not 191/);
+    const asV1 = VECTORS.bundles.two_values.receipts[0].entry_data.slice(0, 62) + hex.slice(62);
+    assert.throws(() => v.decodeEntry(v.hexToBytes(asV1)), /191 bytes, not 159 \(version 1\)/);
+    assert.throws(() => v.decodeEntry(v.hexToBytes("00" + hex.slice(2))), /does not start with its marker/);
+    assert.equal(v.decodeBlock(v.hexToBytes(r.block_data)).version, 2);
+  });
+
   test("toMicro: exact micro units", () => {
     assert.equal(v.toMicro("0.500000"), 500000n);
     assert.equal(v.toMicro("2"), 2000000n);

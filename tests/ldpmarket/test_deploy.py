@@ -26,7 +26,8 @@ def strong_keys() -> dict[str, str]:
 
 def production_env(**overrides) -> dict[str, str]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "ldpmarket.settings",
-           "DJANGO_DEBUG": "0", "ALLOWED_HOSTS": "market.example.org", **strong_keys()}
+           "DJANGO_DEBUG": "0", "ALLOWED_HOSTS": "market.example.org", "LDP_LOG_ORIGIN": "market.example.org/log",
+           **strong_keys()}
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}
 

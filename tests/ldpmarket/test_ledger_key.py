@@ -15,7 +15,7 @@ def test_the_signature_covers_the_statement_and_the_key_is_the_configured_one(se
     assert not ledger_key.verify(ledger_key.statement(4, "ab" * 32, now), signature)
     assert not ledger_key.verify(ledger_key.statement(3, "ac" * 32, now), signature)
     derived = ledger_key.key_id()
-    settings.LDP_LEDGER_SIGNING_KEY = "another-strong-ledger-signing-key-7Qz2XwLp9Rt"
+    settings.LDP_LEDGER_SIGNING_KEYS = ["another-strong-ledger-signing-key-7Qz2XwLp9Rt"]
     assert ledger_key.key_id() != derived
     assert not ledger_key.verify(ledger_key.statement(3, "ab" * 32, now), signature)
 

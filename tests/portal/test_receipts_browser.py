@@ -6,7 +6,9 @@ receipts, the latest checkpoint and the public key, runs the checks of docs/rece
 made after it shows "not yet in a checkpoint"; after the next checkpoint all three are verified, the browser
 having checked the consistency proof from the checkpoint it remembered.  A checkpoint row whose root is changed
 in the database without a new signature shows a warning naming the failed check and no "verified"; one changed
-and signed again (a service rewriting its log) shows that the log was forked.  Screenshots go to
+and signed again (a service rewriting its log) shows that the log was forked.  With a witness in the service's
+trust policy, the checkpoint's signed note is checked with that policy and each release shows "witnessed by 1 of
+1" next to "verified"; a forged cosignature, or one dropped, verifies nothing.  Screenshots go to
 ``test-artifacts/receipts/`` (git-ignored).  Skipped, saying why, without Playwright or ``/usr/bin/chromium``.
 """
 from __future__ import annotations
@@ -23,6 +25,8 @@ from tests.portal.test_browser import CHROMIUM, sync_playwright
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 browser_page = test_browser.browser_page  # the fixture: a real Chromium page, CSP violations fail
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "receipts"
+#: Tests whose screenshots go to a subfolder (browser_page empties a test's folder before it runs).
+SUBFOLDERS = {"test_the_value_page_shows_who_witnessed_the_checkpoint_and_refuses_a_forged_cosignature": "witnessed"}
 PASSWORD = "a long and unusual passphrase 42"
 
 pytestmark = [
@@ -32,8 +36,8 @@ pytestmark = [
 ]
 
 
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+def shot(page, name: str, folder: str = "") -> None:
+    page.screenshot(path=str(ARTIFACTS / folder / f"{name}.png"), full_page=True)
 
 
 def rewrite_checkpoint(tree_size: int, **fields) -> None:
@@ -154,3 +158,121 @@ def test_the_value_page_verifies_each_release_against_the_latest_checkpoint(live
     expect(page.locator(".receipt-cell .receipt-verified")).to_have_count(0)
     expect(page.locator(".receipt-cell").first).to_have_text("not verified")
     shot(page, "04-forked")
+
+
+def test_the_value_page_shows_who_witnessed_the_checkpoint_and_refuses_a_forged_cosignature(
+        live_server, browser_page, transactional_db, tmp_path, settings):
+    """Issue 29: the service's trust policy names a witness (a witness of the client package, in a thread of the test,
+    on loopback); the checkpoint is submitted to it on commit and cosigned.  The page fetches the policy
+    (GET /api/v1/ledger/policy/), opens the receipts' checkpoint note with it and shows "witnessed by 1 of 1" next
+    to "verified".  The receipts download intercepted and its note changed: a witness's cosignature with one base64
+    character changed (forged), or dropped (the quorum not met), shows a warning and no "verified"."""
+    from django.core.management import call_command
+    from playwright.sync_api import expect
+
+    from accounts.ledger import signing
+    from accounts.models import LedgerCosignature, LedgerEntry, User
+    from accounts.roles import grant_role
+    from accounts.services import budget_set_ceiling
+    from ldpmarket_client.tlog.note import COSIGNATURE_V1, Signer, parse_vkey
+    from ldpmarket_client.witness import Witness, serve_in_thread
+    from market.purchases.pricing import DEFAULT_POLICY
+    from tests.factories import BuyerFactory, CategoricalAttributeFactory, fund
+    from tests.portal.conftest import contribute_one, purchase
+
+    page, base = browser_page, live_server.url
+    owner = User.objects.create_user("tess", password=PASSWORD)
+    grant_role(owner, "owner")
+    buyer = BuyerFactory(username="witness-buyer", organisation="Open Ledger Lab")
+    fund(buyer, "100")
+    attribute = CategoricalAttributeFactory(name="favourite river", labels=["Ouse", "Wye", "Tay"],
+                                            price_policy=DEFAULT_POLICY)
+    value = contribute_one(owner, attribute, "Wye", ceiling="2")
+    contribute_one(User.objects.create_user("other-river-owner"), attribute, "Tay", ceiling="2", seed=1)
+    purchase(buyer, attribute, "0.5")
+    purchase(buyer, attribute, "1", seed=1)
+    call_command("ledger_checkpoint", stdout=open(os.devnull, "w"))   # before the witness: no cosignature
+
+    signer = Signer.generate("owners.test/w1", COSIGNATURE_V1)
+    server = serve_in_thread(Witness(signer, [parse_vkey(signing.vkey())], tmp_path / "witness.sqlite3"))
+    try:
+        policy = tmp_path / "service-policy.txt"
+        policy.write_text(f"witness w1 {signer.verifier.vkey} {server.url}\nquorum w1\n")
+        settings.LDP_WITNESS_POLICY = str(policy)
+        budget_set_ceiling(value_id=value.id, ceiling="2.5")   # a new block, then its checkpoint: submitted on commit
+        call_command("ledger_checkpoint", stdout=open(os.devnull, "w"))
+        assert LedgerCosignature.objects.count() == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    releases = list(LedgerEntry.objects.filter(value_id=value.id, kind__in=LedgerEntry.RELEASE_KINDS)
+                    .order_by("id").values_list("id", flat=True))
+    assert len(releases) == 2
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+
+    page.goto(f"{base}/portal/login/?next=/portal/values/{value.id}/")
+    page.get_by_label("Username").fill("tess")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="favourite river")).to_be_visible()
+
+    def mark(entry_id):
+        return page.locator(f'tr.release-row[data-entry-id="{entry_id}"] .receipt-cell')
+
+    # 1. Verified, and witnessed by the policy's one witness.
+    for entry_id in releases:
+        expect(mark(entry_id).locator(".receipt-verified")).to_have_text("verified")
+        expect(mark(entry_id).locator(".receipt-witnessed")).to_have_text("witnessed by 1 of 1")
+    expect(mark(releases[0])).to_have_text("verified witnessed by 1 of 1")
+    title = mark(releases[0]).locator(".badge").get_attribute("title")
+    assert "witnessed by 1 of 1 (w1), quorum w1" in title, title
+    expect(page.locator("#receipts-status")).to_contain_text("witnessed by 1 of 1 (w1; quorum w1)")
+    expect(page.locator("#receipts-warning")).to_be_hidden()
+    assert f"{base}/api/v1/ledger/policy/" in requests
+    shot(page, "01-witnessed", "witnessed")
+
+    # 2. The receipts file as downloaded, with the witness's cosignature changed or dropped.
+    receipts_url = f"**/portal/values/{value.id}/receipts/*"
+
+    def serve(change):
+        def handler(route):
+            response = route.fetch()
+            bundle = response.json()
+            note = bundle["checkpoint"]["note"]
+            line = next(x for x in note.splitlines() if x.startswith(f"\u2014 {signer.name} "))
+            bundle["checkpoint"]["note"] = change(note, line)
+            route.fulfill(response=response, body=json.dumps(bundle))
+        return handler
+
+    def forge(note, line):
+        head, raw = line.rsplit(" ", 1)
+        return note.replace(line, f"{head} {raw[:30] + ('A' if raw[30] != 'A' else 'B') + raw[31:]}")
+
+    warning = page.locator("#receipts-warning")
+    page.route(receipts_url, serve(forge))
+    page.reload()
+    expect(warning).to_be_visible()
+    expect(warning.get_by_role("heading")).to_have_text("Receipts did not verify (note)")
+    expect(warning).to_contain_text(f"the signature of {signer.name} (key {signer.key_id:08x}) does not verify")
+    expect(page.locator("#receipts-status")).to_contain_text("Nothing was verified")
+    for entry_id in releases:
+        expect(mark(entry_id)).to_have_text("not verified")
+    expect(page.locator(".receipt-cell .receipt-verified")).to_have_count(0)
+    expect(page.locator(".receipt-witnessed")).to_have_count(0)
+    shot(page, "02-forged-cosignature", "witnessed")
+
+    page.unroute(receipts_url)
+    page.route(receipts_url, serve(lambda note, line: note.replace(line + "\n", "")))
+    page.reload()
+    expect(warning.get_by_role("heading")).to_have_text("Receipts did not verify (quorum)")
+    expect(warning).to_contain_text("cosigned by 0 of 1 witnesses (none); the quorum is w1")
+    expect(page.locator(".receipt-cell .receipt-verified")).to_have_count(0)
+    shot(page, "03-quorum-not-met", "witnessed")
+
+    # 3. As served again: verified and witnessed.
+    page.unroute(receipts_url)
+    page.reload()
+    for entry_id in releases:
+        expect(mark(entry_id)).to_have_text("verified witnessed by 1 of 1")
+    expect(warning).to_be_hidden()

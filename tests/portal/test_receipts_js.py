@@ -19,10 +19,14 @@ The shared vectors ``tests/data/receipt_vectors.json`` (``tests/js/make_receipt_
 files and tampering, fixed keys) are what Node's tests check the module against without a browser
 (``tests/js/receipts_verify.test.mjs``, ``node --test``); here: they are up to date, the Python client's verifier
 agrees with every case's verdict (but for the differences named in ``CLIENT_DIFFERS``), and Chromium gives every
-case's answer too.  The browser tests are skipped, saying why, without Playwright or ``/usr/bin/chromium``.
+case's answer too.  Likewise ``tests/data/tlog_vectors.json`` (``tests/js/make_tlog_vectors.py``: the Python tlog
+conformance tests' keys, notes, checkpoints and policies with ``ldpmarket_client.tlog``'s answers) for the page's
+C2SP verifier ``tlog_note.js`` (``tests/js/tlog_note.test.mjs``): up to date, and every answer the same in Chromium.
+The browser tests are skipped, saying why, without Playwright or ``/usr/bin/chromium``.
 """
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -33,8 +37,9 @@ from cryptography.hazmat.primitives import serialization
 
 from accounts.ledger import merkle
 from accounts.ledger.leaves import block_leaf, entry_leaf_data
+from ldpmarket_client.tlog import note as tlog_note
 from tests.client import receipt_fixtures as rf
-from tests.js import make_receipt_vectors
+from tests.js import make_receipt_vectors, make_tlog_vectors
 from tests.portal.test_browser import ARGS, CHROMIUM, sync_playwright
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -76,13 +81,17 @@ def two_values() -> rf.Fixture:
 
 
 @pytest.fixture(scope="module")
-def page(live_server):
-    """Chromium on the module's URL (tests using it are skipped, saying why, without Playwright or Chromium)."""
+def page(live_server, django_db_blocker):
+    """Chromium on the module's URL (tests using it are skipped, saying why, without Playwright or Chromium).
+
+    The pages only load static files, but the live server's thread still closes its old database connection at each
+    request: after a test of another module that used the database (tests/portal/test_pages.py, run before this
+    one), that connection exists and pytest-django's blocker refused it, failing every request here."""
     if sync_playwright is None:
         pytest.skip("Playwright for Python is not installed (pip install playwright)")
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    with sync_playwright() as p:
+    with sync_playwright() as p, django_db_blocker.unblock():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page()
         errors = []
@@ -203,6 +212,112 @@ def test_chromium_gives_every_receipt_vector_its_answer(page):
       return {bad, count: vectors.cases.length};
     }""", [MODULE, vectors])
     assert result["bad"] == [] and result["count"] >= 50
+
+
+# ------------------------------------------------------------------ C2SP notes, checkpoints and policies (tlog_note.js)
+
+def test_the_tlog_vectors_are_up_to_date():
+    """``tests/data/tlog_vectors.json`` (``tests/js/make_tlog_vectors.py``: the Python conformance tests' vectors
+    with the Python library's answers) is what a fresh generation writes."""
+    fresh = make_tlog_vectors.dumps(make_tlog_vectors.generate())
+    assert fresh == make_tlog_vectors.PATH.read_text(), \
+        "tests/data/tlog_vectors.json is stale: run python -m tests.js.make_tlog_vectors"
+
+
+TLOG_RUN = """async ([url, verifyUrl, v]) => {
+  const t = await import(url);
+  const rv = await import(verifyUrl);
+  const bytes = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  const b64 = (u) => btoa(Array.from(u, (c) => String.fromCharCode(c)).join(""));
+  const hex = (u) => Array.from(u, (c) => c.toString(16).padStart(2, "0")).join("");
+  const kind = (exc) => { if (!(exc instanceof t.NoteError)) throw exc; return exc.name; };
+  async function opened(note, vkeys) {
+    const verifiers = await Promise.all(vkeys.map(t.parseVkey));
+    try {
+      const n = await t.openNote(note, verifiers);
+      return {error: null, text: b64(n.text),
+              verified: n.verified.map((x) => [x.verifier.name, x.verifier.type, String(x.timestamp)]),
+              unverified: n.unverified.map((u) => [u.name, u.keyId.toString(16).padStart(8, "0")])};
+    } catch (exc) { return {error: kind(exc)}; }
+  }
+  const out = {vkeys: [], notes: [], flips: [], checkpoints: [], policies: [], checks: [], bundles: []};
+  for (const c of v.vkeys) {
+    try {
+      const k = await t.parseVkey(c.vkey);
+      out.vkeys.push({name: k.name, type: k.type, key_id: k.keyId.toString(16).padStart(8, "0"),
+                      public: hex(k.publicKey)});
+    } catch (exc) { kind(exc); out.vkeys.push(null); }
+  }
+  for (const c of v.notes) out.notes.push(await opened(bytes(c.note), c.verifiers));
+  const note = bytes(v.flips.note);
+  for (const [index, mask] of v.flips.flips) {
+    const changed = note.slice();
+    changed[index] ^= mask;
+    out.flips.push(await opened(changed, v.flips.verifiers));
+  }
+  for (const c of v.checkpoints) {
+    try {
+      const cp = t.parseCheckpoint(bytes(c.text));
+      out.checkpoints.push({origin: cp.origin, size: String(cp.size), root: cp.rootHex, extensions: cp.extensions});
+    } catch (exc) { kind(exc); out.checkpoints.push(null); }
+  }
+  for (const c of v.policies) {
+    try {
+      const p = await t.parsePolicy(bytes(c.text));
+      const shown = (m) => (p.witnesses.get(m) || p.groups.get(m)).name;
+      out.policies.push({logs: p.logs.map((m) => m.verifier.vkey), log_urls: p.logs.map((m) => m.url),
+                         witnesses: [...p.witnesses.values()].map((w) => [w.name, w.verifier.vkey, w.url]),
+                         groups: [...p.groups.values()].map((g) => [g.name, g.threshold, g.members.map(shown)]),
+                         quorum: p.quorum === "none" ? "none" : shown(p.quorum), describe: t.describeQuorum(p)});
+    } catch (exc) { kind(exc); out.policies.push(null); }
+  }
+  for (const c of v.checkpoint_cases) {
+    try {
+      const r = await t.verifyCheckpoint(v.checkpoint_policies[c.policy], bytes(c.note), {origin: c.origin});
+      out.checks.push({error: null, origin: r.origin, size: String(r.size), root: r.rootHex, witnessed: r.witnessed,
+                       total: r.total, quorum: r.quorumText});
+    } catch (exc) {
+      const e = {error: kind(exc)};
+      if (exc.name === "QuorumNotMet") {
+        Object.assign(e, {witnessed: exc.result.witnessed, total: exc.result.total, quorum: exc.result.quorumText});
+      }
+      out.checks.push(e);
+    }
+  }
+  for (const c of v.bundle_cases) {
+    const b = structuredClone(v.receipts.bundle);
+    if (c.note === null) delete b.checkpoint.note; else b.checkpoint.note = c.note;
+    const r = await rv.verifyBundle(b, v.receipts.checkpoint, v.receipts.key, null, c.policy);
+    out.bundles.push({ok: r.ok, failed: Object.keys(r.checks).filter((k) => !r.checks[k]).sort(),
+                      verified: [...r.verifiedEntryIds].sort((x, y) => x - y),
+                      witness: r.witness && {witnessed: r.witness.witnessed, total: r.witness.total,
+                                             quorum: r.witness.quorumText},
+                      messages: r.problems.map((p) => p.message)});
+  }
+  return out;
+}"""
+
+
+def test_chromium_gives_every_tlog_vector_the_python_librarys_answer(page):
+    """Chromium's WebCrypto and ``tlog_note.js`` on every vector of ``tests/data/tlog_vectors.json``: vkeys, notes
+    (and every byte of one changed), checkpoint texts, policies, checkpoints opened with policies, and receipts
+    files whose checkpoint note ``verifyBundle`` opens with a policy -- the answers of the Python library."""
+    v = json.loads(make_tlog_vectors.PATH.read_text())
+    got = page.evaluate(TLOG_RUN, ["/static/portal/tlog_note.js", MODULE, v])
+    assert got["vkeys"] == [c["expect"] for c in v["vkeys"]]
+    assert {c["name"]: g for c, g in zip(v["notes"], got["notes"]) if g != c["expect"]} == {}
+    text = base64.b64encode(tlog_note.parse_note(base64.b64decode(v["flips"]["note"])).text).decode()
+    flips = [{k: x for k, x in g.items() if not (k == "text" and x == text)} for g in got["flips"]]
+    assert [(i, m, g) for (i, m, e), g in zip(v["flips"]["flips"], flips) if g != e] == []
+    assert got["checkpoints"] == [c["expect"] for c in v["checkpoints"]]
+    assert {c["name"]: g for c, g in zip(v["policies"], got["policies"]) if g != c["expect"]} == {}
+    assert {c["name"]: g for c, g in zip(v["checkpoint_cases"], got["checks"]) if g != c["expect"]} == {}
+    for c, g in zip(v["bundle_cases"], got["bundles"], strict=True):
+        e = c["expect"]
+        assert {k: g[k] for k in ("ok", "failed", "verified", "witness")} == {
+            k: e[k] for k in ("ok", "failed", "verified", "witness")}, c["name"]
+        assert e["message"] is None or any(e["message"] in m for m in g["messages"]), (c["name"], g["messages"])
+    assert len(got["flips"]) > 600 and len(got["checks"]) > 100
 
 
 # ------------------------------------------------------------------ RFC 9162 proofs agree with accounts.ledger.merkle

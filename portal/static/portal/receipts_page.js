@@ -1,8 +1,10 @@
 // The value page's receipts (docs/receipts.md, "Checking receipts"; the #receipts section of
-// portal/templates/portal/value_detail.html): fetches the value's receipts, the latest checkpoint and the key,
-// checks them with the pure verifier (receipts_verify.js), marks each release row "verified" or "not yet in a
-// checkpoint", and remembers the last checkpoint it verified (localStorage `ldpmarket.checkpoint`) so a later,
-// rewritten log is caught (consistency proof).
+// portal/templates/portal/value_detail.html): fetches the value's receipts, the latest checkpoint, the key and the
+// trust policy (GET /api/v1/ledger/policy/), checks them with the pure verifier (receipts_verify.js; the
+// checkpoint's signed note and its witnesses' cosignatures with tlog_note.js), marks each release row "verified"
+// (with "witnessed by N of M" when the policy names witnesses) or "not yet in a checkpoint", and remembers the last
+// checkpoint it verified (localStorage `ldpmarket.checkpoint`) so a later, rewritten log is caught (consistency
+// proof).
 // Loaded with <script type="module" src=...> (the Content-Security-Policy allows no inline script).
 
 import { checkpointProblems, linkProblems, verifyBundle } from "./receipts_verify.js";
@@ -13,6 +15,13 @@ async function getJson(url) {
   const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
   if (!response.ok) throw new Error(`${url} answered HTTP ${response.status}`);
   return response.json();
+}
+
+/** The body of `url` as bytes (a policy is octets: names that are not UTF-8 stay as they are). */
+async function getBytes(url) {
+  const response = await fetch(url, { credentials: "same-origin" });   // text/plain, whatever the Accept header
+  if (!response.ok) throw new Error(`${url} answered HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
 }
 
 function withQuery(url, params) {
@@ -30,13 +39,27 @@ function loadStored() {
   }
 }
 
-function badge(cell, text, kind, title) {
+function badge(cell, text, kind, title, witnessed = null) {
   cell.textContent = "";
   const span = document.createElement("span");
   span.className = `badge receipt-${kind}`;
   span.textContent = text;
   if (title) span.title = title;
   cell.append(span);
+  if (witnessed) {                          // "witnessed by N of M", next to "verified"
+    const small = document.createElement("small");
+    small.className = "receipt-witnessed";
+    small.style.whiteSpace = "nowrap";     // CSSOM, not a style attribute: the Content-Security-Policy allows it
+    small.textContent = witnessed;
+    if (title) small.title = title;
+    cell.append(" ", small);
+  }
+}
+
+/** "witnessed by N of M" for a checkpoint whose note verified with the policy (null when the policy names no
+ * witness, or the checkpoint has no note). */
+function witnessedText(witness) {
+  return witness && witness.total ? `witnessed by ${witness.witnessed.length} of ${witness.total}` : null;
 }
 
 function warn(box, heading, lines, fork = false) {
@@ -65,9 +88,10 @@ export async function valuePage(section) {
   const problemsShown = (heading, problems, fork) => warn(warning, heading, problems.map((p) => p.message), fork);
   status.textContent = "Checking this value's receipts in your browser…";
   for (const row of rows) badge(cellOf(row), "checking…", "checking");
-  let key, latest, bundle;
+  let key, latest, bundle, policy;
   try {
     key = await getJson(d.publicKeyUrl);
+    policy = await getBytes(d.policyUrl);
     const page = await getJson(withQuery(d.checkpointsUrl, { page_size: 1 }));
     latest = page.results && page.results[0];
     if (!latest) {
@@ -118,18 +142,23 @@ export async function valuePage(section) {
     const [first, second] = [size, latest.tree_size].sort((x, y) => x - y);
     link = await getJson(withQuery(d.consistencyUrl, { first, second })).catch(() => null);
   }
-  const result = await verifyBundle(bundle, latest, key.public_key, link);
+  const result = await verifyBundle(bundle, latest, key.public_key, link, policy);
   problems = [...problems, ...result.problems];
   const cp = bundle.checkpoint || latest;
+  const w = result.witness;
+  const witnessed = witnessedText(w);
+  const cosigners = w && w.witnessed.length ? ` (${w.witnessed.join(", ")})` : "";
   const title = `Checked in this browser: included in the signed log of tree size ${cp.tree_size} ` +
-    `(root ${cp.root_hash}), signed by key id ${cp.key_id}; the entry matches what is shown, its loss is within ` +
-    "its ceiling and follows the previous entry with no gap.";
+    `(root ${cp.root_hash}), signed by key id ${cp.key_id}` +
+    (w ? `; its signed note verified with the trust policy, ${witnessed || "which names no witness"}${cosigners}, ` +
+         `quorum ${w.quorumText}` : "") +
+    "; the entry matches what is shown, its loss is within its ceiling and follows the previous entry with no gap.";
   const pending = new Set((bundle.pending || []).map((e) => String(e.id)));
   const missing = [];
   for (const row of rows) {
     const id = row.dataset.entryId;
     if (result.verifiedEntryIds.has(Number(id))) {
-      badge(cellOf(row), "verified", "verified", title);
+      badge(cellOf(row), "verified", "verified", title, witnessed);
     } else if (pending.has(id)) {
       badge(cellOf(row), "not yet in a checkpoint", "pending",
             "Written after the latest checkpoint: its receipt comes with the next one.");
@@ -144,7 +173,10 @@ export async function valuePage(section) {
   }
   if (problems.length) {
     problemsShown(`Receipts did not verify (${checksOf(problems)})`, problems, problems.some((p) => p.fork));
-    status.textContent = "Some receipts did not verify: see the warning.";
+    status.textContent = !result.checks.note || !result.checks.quorum
+      ? "Nothing was verified: the checkpoint's signed note does not check out with the trust policy (its " +
+        "witnesses' cosignatures): see the warning."
+      : "Some receipts did not verify: see the warning.";
     return;
   }
   if (!stored || latest.tree_size >= stored.tree_size) {
@@ -154,6 +186,7 @@ export async function valuePage(section) {
   const n = result.verifiedEntryIds.size;
   status.textContent = `${n} ledger entr${n === 1 ? "y" : "ies"} of this value verified in this browser against ` +
     `the signed checkpoint of tree size ${cp.tree_size} (key id ${cp.key_id.slice(0, 16)}…)` +
+    (witnessed ? `, ${witnessed} (${w.witnessed.join(", ") || "none"}; quorum ${w.quorumText})` : "") +
     (pending.size ? `; ${pending.size} not yet in a checkpoint.` : ".");
 }
 

@@ -1,8 +1,8 @@
 // Receipts checked anywhere WebCrypto runs (docs/receipts.md, "Checking receipts"): the pure verifier, no DOM,
 // no network, no storage.  The value page's code is receipts_page.js; Node runs this module as it is
-// (tests/js/receipts_verify.test.mjs).
+// (tests/js/receipts_verify.test.mjs, tests/js/tlog_note.test.mjs).
 //
-// `verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency)` runs the four checks of docs/receipts.md with
+// `verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency, policy)` runs the checks of docs/receipts.md with
 // WebCrypto (globalThis.crypto.subtle: Ed25519 signatures, SHA-256) and nothing from the service but what it is
 // given:
 //   1. `checkpoint` (the one the caller trusts) is signed by the key and its statement states its tree size
@@ -11,22 +11,34 @@
 //      GET /api/v1/ledger/consistency/ answer) proves the smaller log a prefix of the larger; same size with
 //      different roots, or no proof linking them, is a forked log;
 //   3. every receipt's entry is leaf `entry_index` of its block's entry tree (root: the entries root in
-//      `block_data`), and `block_data` is leaf `block_index` of the checkpoint's tree (RFC 9162 2.1.3.2);
+//      `block_data`), of the version `block_data` states (1, or 2: blinded by the entry's key), and
+//      `block_data` is leaf `block_index` of the checkpoint's tree (RFC 9162 2.1.3.2);
 //   4. `entry_data` decodes to what `entry` shows; every loss after is at most the ceiling, losses never go
 //      down, and each value's receipts chain from no loss with no gap.
-// An ES module (export, no import): <script type="module"> in the browser, `import` in Node 20.19+ (a .js file
-// with ES module syntax and no package.json "type" is loaded as a module).
+// Given the trust policy the service publishes (GET /api/v1/ledger/policy/, c2sp.org/tlog-policy), it also opens
+// the bundle's checkpoint note (`checkpoint.note`, a C2SP signed note with the witnesses' cosignatures) with it
+// (tlog_note.js): signed by a log of the policy, its tree size and root those the proofs are checked against, no
+// cosignature of a known witness forged, the quorum met; the result says who witnessed it (`witness`).
+// An ES module: <script type="module"> in the browser, `import` in Node 20.19+ (a .js file with ES module syntax
+// and no package.json "type" is loaded as a module); it imports tlog_note.js, beside it.
+
+import { describeQuorum, parsePolicy, verifyCheckpoint } from "./tlog_note.js";
 
 const HEADER = "ldpmarket ledger checkpoint v1";          // ldpmarket/ledger_key.py HEADER
 const FORMAT = "ldpmarket-receipts-v1";
-const ENTRY_MARKER = "ldpmarket-ledger-entry-leaf-v1\0";   // 31 bytes
-const BLOCK_MARKER = "ldpmarket-ledger-block-leaf-v1\0";   // 31 bytes
+// docs/receipts.md "Entry data": version 1, the entry's fields alone; version 2, blinded by the entry's own
+// 32-byte key, which follows the marker.  A block leaf's marker says which version its entries are.
+const ENTRY_MARKERS = { 1: "ldpmarket-ledger-entry-leaf-v1\0", 2: "ldpmarket-ledger-entry-leaf-v2\0" };  // 31 bytes
+const BLOCK_MARKERS = { 1: "ldpmarket-ledger-block-leaf-v1\0", 2: "ldpmarket-ledger-block-leaf-v2\0" };  // 31 bytes
+const MARKER_LENGTH = 31;
+const KEY_LENGTH = 32;
 const ENTRY_FIELDS = ["value", "kind", "epsilon", "purchase", "chain_before", "chain_after", "oneshot_before",
                       "oneshot_after", "ceiling", "schedule_start", "schedule_cap", "schedule_start_at",
                       "schedule_end_at", "schedule_shape", "schedule_steps", "guarantee"];
-const ENTRY_LENGTH = ENTRY_MARKER.length + 8 * ENTRY_FIELDS.length;            // 159
+const ENTRY_LENGTHS = { 1: MARKER_LENGTH + 8 * ENTRY_FIELDS.length,                 // 159
+                        2: MARKER_LENGTH + KEY_LENGTH + 8 * ENTRY_FIELDS.length };  // 191
 const BLOCK_FIELDS = ["shard", "height", "block", "count", "created_at"];
-const BLOCK_LENGTH = BLOCK_MARKER.length + 8 * BLOCK_FIELDS.length + 32 + 32;  // + block hash + entries root
+const BLOCK_LENGTH = MARKER_LENGTH + 8 * BLOCK_FIELDS.length + 32 + 32;  // + block hash + entries root
 // docs/receipts.md "Entry data": the codes of kind, schedule_shape and guarantee (accounts/models.py)
 const KINDS = ["chain_release", "oneshot_release", "ceiling", "schedule", "pause", "resume", "raw_deleted",
                "owner_custody", "owner_upload"];
@@ -129,26 +141,44 @@ export async function verifyConsistency(m, n, firstRoot, secondRoot, proof) {
 
 // ------------------------------------------------------------------ entry and block data
 
-function marked(bytes, marker, length, what) {
-  if (bytes.length !== length) throw new Error(`${what} is ${bytes.length} bytes, not ${length}`);
-  const head = new TextEncoder().encode(marker);
-  if (!equal(bytes.subarray(0, head.length), head)) throw new Error(`${what} does not start with its marker`);
-  return new DataView(bytes.buffer, bytes.byteOffset + head.length, bytes.length - head.length);
+/** The version (1 or 2) whose marker `bytes` starts with and whose length it has; throws saying why not. */
+function versionOf(bytes, markers, lengths, what) {
+  const found = Object.keys(markers).map(Number).find((v) => {
+    const head = new TextEncoder().encode(markers[v]);
+    return equal(bytes.subarray(0, head.length), head);
+  });
+  if (found === undefined) {
+    const sizes = [...new Set(Object.values(lengths))].sort((a, b) => a - b);
+    if (!sizes.includes(bytes.length)) throw new Error(`${what} is ${bytes.length} bytes, not ${sizes.join(" or ")}`);
+    throw new Error(`${what} does not start with its marker`);
+  }
+  if (bytes.length !== lengths[found]) {
+    throw new Error(`${what} is ${bytes.length} bytes, not ${lengths[found]} (version ${found})`);
+  }
+  return found;
 }
 
-/** docs/receipts.md "Entry data": the 16 fields as BigInt. */
+/** docs/receipts.md "Entry data": the 16 fields as BigInt, with `version` (1, or 2: blinded, `key` its 32 bytes). */
 export function decodeEntry(bytes) {
-  const view = marked(bytes, ENTRY_MARKER, ENTRY_LENGTH, "entry_data");
-  return Object.fromEntries(ENTRY_FIELDS.map((name, i) => [name, view.getBigInt64(8 * i, true)]));
+  const version = versionOf(bytes, ENTRY_MARKERS, ENTRY_LENGTHS, "entry_data");
+  const at = bytes.length - 8 * ENTRY_FIELDS.length;
+  const view = new DataView(bytes.buffer, bytes.byteOffset + at, 8 * ENTRY_FIELDS.length);
+  const out = Object.fromEntries(ENTRY_FIELDS.map((name, i) => [name, view.getBigInt64(8 * i, true)]));
+  out.version = version;
+  if (version === 2) out.key = bytes.slice(MARKER_LENGTH, MARKER_LENGTH + KEY_LENGTH);
+  return out;
 }
 
-/** docs/receipts.md "Block leaf data": shard, height, block, count, created_at (BigInt), hash and entries root. */
+/** docs/receipts.md "Block leaf data": its `version` (how its entries are hashed, by its marker), shard, height,
+ * block, count, created_at (BigInt), hash and entries root. */
 export function decodeBlock(bytes) {
-  const view = marked(bytes, BLOCK_MARKER, BLOCK_LENGTH, "block_data");
+  const version = versionOf(bytes, BLOCK_MARKERS, { 1: BLOCK_LENGTH, 2: BLOCK_LENGTH }, "block_data");
+  const view = new DataView(bytes.buffer, bytes.byteOffset + MARKER_LENGTH, BLOCK_LENGTH - MARKER_LENGTH);
   const out = Object.fromEntries(BLOCK_FIELDS.map((name, i) => [name, view.getBigInt64(8 * i, true)]));
-  const at = BLOCK_MARKER.length + 8 * BLOCK_FIELDS.length;
+  const at = MARKER_LENGTH + 8 * BLOCK_FIELDS.length;
   out.hash = bytes.slice(at, at + 32);
   out.entriesRoot = bytes.slice(at + 32, at + 64);
+  out.version = version;
   return out;
 }
 
@@ -300,25 +330,78 @@ export async function linkProblems(a, b, consistency = null) {
   return [];
 }
 
+// ------------------------------------------------------------------ the checkpoint's signed note
+
+/**
+ * The checkpoint's signed note (`checkpoint.note`) opened with the trust policy `policyText` (its text, or bytes):
+ * {problems, witness}.  `witness` is {witnessed: [names], total, quorumText, origin} when the note verified and
+ * met the quorum, else null.  A checkpoint without a note (made before signed notes) has no problem when the
+ * policy's quorum is `none`, and one ("note") when it needs witnesses.  Problems: "note" (no note where one is
+ * needed, a malformed note, no signature of a log of the policy, a known key's signature that fails: a forged
+ * cosignature, a tree size or root other than the checkpoint's) or "quorum" (the witnesses who cosigned do not
+ * meet the quorum).
+ */
+export async function noteProblems(checkpoint, policyText, what = "the checkpoint") {
+  const problems = [];
+  const add = (check, message) => problems.push({ check, message: `${what}: ${message}` });
+  let policy;
+  try {
+    policy = policyText && policyText.witnesses instanceof Map ? policyText : await parsePolicy(policyText);
+  } catch (exc) {
+    add("note", `the trust policy cannot be read (${exc.message})`);
+    return { problems, witness: null };
+  }
+  const note = checkpoint && checkpoint.note;
+  if (note === undefined || note === null) {
+    if (policy.quorum !== "none") {
+      add("note", "it carries no signed note, but the trust policy needs witnesses' cosignatures (quorum " +
+                  `${describeQuorum(policy)})`);
+    }
+    return { problems, witness: null };
+  }
+  let result;
+  try {
+    result = await verifyCheckpoint(policy, typeof note === "string" ? note : String(note));
+  } catch (exc) {
+    if (exc.name === "QuorumNotMet") {
+      add("quorum", `its witnesses do not meet the trust policy's quorum: ${exc.message}`);
+    } else {
+      add("note", `its signed note does not verify with the trust policy: ${exc.message}`);
+    }
+    return { problems, witness: null };
+  }
+  if (result.size !== BigInt(Number.isSafeInteger(checkpoint.tree_size) ? checkpoint.tree_size : -1)
+      || result.rootHex !== checkpoint.root_hash) {
+    add("note", `its signed note states tree size ${result.size} and root ${result.rootHex}, not its tree size ` +
+                `${checkpoint.tree_size} and root ${checkpoint.root_hash}`);
+    return { problems, witness: null };
+  }
+  return { problems, witness: { witnessed: result.witnessed, total: result.total, quorumText: result.quorumText,
+                                origin: result.origin, cosignedAt: result.cosignedAt } };
+}
+
 // ------------------------------------------------------------------ the bundle
 
 /**
  * docs/receipts.md "Checking receipts", all four checks.  `checkpoint`: the checkpoint the caller trusts (an
  * item of GET /api/v1/ledger/checkpoints/); `consistency`: a GET /api/v1/ledger/consistency/ answer, needed when
- * the bundle is against a checkpoint of another size.  Returns {ok, checks: {name: bool}, verifiedEntryIds
- * (entries whose receipt passed every check), problems: [{check, message, entry?, fork?}], forked}.
+ * the bundle is against a checkpoint of another size; `policyText`: the trust policy (GET /api/v1/ledger/policy/)
+ * the bundle's checkpoint note is opened with (`noteProblems`), or null not to check the note.  Returns {ok,
+ * checks: {name: bool}, verifiedEntryIds (entries whose receipt passed every check), problems: [{check, message,
+ * entry?, fork?}], forked, witness (null, or who witnessed the checkpoint: noteProblems)}.
  */
-export async function verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency = null) {
+export async function verifyBundle(bundle, checkpoint, publicKeyRawHex, consistency = null, policyText = null) {
   const problems = [];
   const verified = new Set();
-  const checks = { format: true, signature: true, statement: true, consistency: true, fork: true,
-                   inclusion: true, entry: true, losses: true, chain: true };
+  const checks = { format: true, signature: true, statement: true, note: true, quorum: true, consistency: true,
+                   fork: true, inclusion: true, entry: true, losses: true, chain: true };
+  let witness = null;
   const fail = (check, message, extra = {}) => {
     checks[check] = false;
     problems.push({ check, message, ...extra });
   };
   const result = () => ({ ok: problems.length === 0, checks, verifiedEntryIds: verified, problems,
-                          forked: problems.some((p) => p.fork) });
+                          forked: problems.some((p) => p.fork), witness });
 
   if (!bundle || bundle.format !== FORMAT || !Array.isArray(bundle.receipts)) {
     fail("format", `not a receipts file (format ${FORMAT})`);
@@ -329,6 +412,12 @@ export async function verifyBundle(bundle, checkpoint, publicKeyRawHex, consiste
   const theirs = await checkpointProblems(bundle.checkpoint, publicKeyRawHex, "the receipts' checkpoint");
   for (const p of [...own, ...theirs]) fail(p.check, p.message);
   if (problems.length) return result();     // nothing is proven against an unsigned root
+  if (policyText !== null && policyText !== undefined) {
+    const opened = await noteProblems(bundle.checkpoint, policyText, "the receipts' checkpoint");
+    for (const p of opened.problems) fail(p.check, p.message);
+    if (problems.length) return result();   // nor against a root the witnesses did not vouch for
+    witness = opened.witness;
+  }
   for (const p of await linkProblems(checkpoint, bundle.checkpoint, consistency)) {
     fail(p.check, p.message, { fork: p.fork });
   }
@@ -359,6 +448,11 @@ export async function verifyBundle(bundle, checkpoint, publicKeyRawHex, consiste
     // 3: the entry in its block's entry tree, the block in the checkpoint's tree
     try {
       const proofOf = (list) => list.map((p) => hexToBytes(p, 32));
+      if (entry.version !== block.version) {
+        ok = false;
+        bad("inclusion", `its entry is of version ${entry.version}, but its block's entries are of version ` +
+                         `${block.version}`);
+      }
       if (BigInt(r.block_size) !== block.count) {
         ok = false;
         bad("inclusion", `block_size ${r.block_size} is not the block's entry count ${block.count}`);
