@@ -71,6 +71,9 @@ class BudgetAccount(models.Model):
         STEPS = "steps", "Steps"
 
     value = models.OneToOneField("market.Value", on_delete=models.CASCADE, primary_key=True, related_name="budget")
+    #: The value's attribute, the table's distribution column (docs/architecture.md#scaling-out); a trigger keeps it
+    #: equal to the value's on PostgreSQL (migration 0019), the services set it.
+    attribute = models.ForeignKey("market.Attribute", on_delete=models.PROTECT, related_name="+", db_index=False)
     ceiling = models.DecimalField(**EPS)
     chain_loss = models.DecimalField(**EPS, default=0)
     oneshot_loss = models.DecimalField(**EPS, default=0)
@@ -353,6 +356,9 @@ class LedgerEvent(models.Model):
     Guarantee = LedgerGuarantee
 
     block = models.ForeignKey(LedgerBlock, on_delete=models.PROTECT, related_name="events")
+    #: The block's shard, the table's distribution column (docs/architecture.md#scaling-out); a trigger keeps it equal
+    #: to the block's on PostgreSQL (migration 0019).
+    shard = models.PositiveIntegerField()
     position = models.PositiveIntegerField(help_text="The entry's place in its block's canonical (hashed) order.")
     # No index of its own: the (value, id) index below serves every lookup by value.
     value = models.ForeignKey("market.Value", on_delete=models.PROTECT, related_name="ledger_events", db_index=False)

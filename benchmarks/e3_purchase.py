@@ -268,8 +268,8 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
                       "WHEN 'platform' THEN 'platform fee' WHEN 'owners_pending' THEN 'owners'' shares, to settle' "
                       "ELSE 'purchase' END, now() FROM moved", p)
             money = c.rowcount
-            c.execute("INSERT INTO market_purchasechunk (purchase_id, seq, count, value_ids, outputs) "
-                      "SELECT %(purchase)s, k, count(*), string_agg(int8send(id), ''::bytea ORDER BY id), "
+            c.execute("INSERT INTO market_purchasechunk (purchase_id, attribute_id, seq, count, value_ids, outputs) "
+                      "SELECT %(purchase)s, %(a)s, k, count(*), string_agg(int8send(id), ''::bytea ORDER BY id), "
                       "string_agg('\\x0000'::bytea, ''::bytea) "
                       f"FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / %(chunk)s AS k FROM ({values}) v) t "
                       "GROUP BY k", p)

@@ -423,6 +423,9 @@ class PurchaseChunk(models.Model):
 
     # No index of its own: the (purchase, seq) unique index serves every lookup by purchase.
     purchase = models.ForeignKey(Purchase, on_delete=models.CASCADE, related_name="chunks", db_index=False)
+    #: The purchase's attribute, the table's distribution column (docs/architecture.md#scaling-out); a trigger keeps it
+    #: equal to the purchase's on PostgreSQL (accounts migration 0019).
+    attribute = models.ForeignKey(Attribute, on_delete=models.PROTECT, related_name="+", db_index=False)
     seq = models.PositiveIntegerField()
     count = models.PositiveIntegerField()
     value_ids = models.BinaryField()

@@ -17,7 +17,7 @@ from decimal import Decimal
 import numpy as np
 
 from accounts.ledger.hashchain import ID_SHIFT
-from accounts.models import LedgerEntry, LedgerEvent, LedgerRelease
+from accounts.models import LedgerBlock, LedgerEntry, LedgerEvent, LedgerRelease
 from market.models import Value
 
 #: ``LedgerEntry`` field -> the ``LedgerRelease`` array holding it (micro-epsilons, but value ids).
@@ -130,7 +130,8 @@ def delete_block_entries(block_id: int) -> None:
 def insert_entry(*, block_id: int, **fields) -> None:
     """A forged entry appended to a block (stored as a one-row event; the view shows it like any entry)."""
     taken = [e.id % ID_SHIFT for e in LedgerEntry.objects.filter(block_id=block_id)]
-    LedgerEvent.objects.create(block_id=block_id, position=max(taken, default=-1) + 1, **fields)
+    shard = LedgerBlock.objects.values_list("shard", flat=True).get(pk=block_id)
+    LedgerEvent.objects.create(block_id=block_id, shard=shard, position=max(taken, default=-1) + 1, **fields)
 
 
 def edit_block_entries(block_id: int, **changes) -> None:

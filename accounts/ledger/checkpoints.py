@@ -1,27 +1,28 @@
 """Signed checkpoints of the ledger (docs/budget-rules.md#checkpoints, docs/receipts.md): ``checkpoint_make``.
 
 The checkpoint log is an append-only list of leaves.  A checkpoint appends one leaf per block no leaf names yet
-(``accounts.ledger.leaves.block_leaf``: the block's shard, height, id, entry count, time, hash and **entries root**, the
-RFC 6962 root over its entries), in block id order, then records and signs the RFC 6962 Merkle root over all the
-leaves so far (``accounts.ledger.merkle``): as a C2SP signed note by every key of the ring (``accounts.ledger.notes``,
-docs/receipts.md#checkpoints-as-signed-notes), and with the statement signature of earlier releases
-(``accounts.ledger.signing``).  The keys that signed are recorded in the published key history (``LedgerLogKey``),
-and on commit the checkpoint is submitted to the policy's witnesses (``accounts.ledger.witnesses``).  Leaves written before receipts
-existed name shard heads (``accounts.ledger.leaves.head_leaf``); the first checkpoint after them appends a block leaf
-for every block, the old ones included.  The log only grows, so any two checkpoints are consistent (a consistency
-proof shows it), and the audit checks that every block a leaf names is still in its chain, with the same
-entries: a lost tail or an edited entry is caught.
+(``accounts.ledger.leaves.block_leaf``: the block's shard, height, id, entry count, time, hash and **entries root**,
+the RFC 6962 root over its entries), in block id order, then records and signs the RFC 6962 Merkle root over all the
+leaves so far (``accounts.ledger.merkle``): as a C2SP signed note by every key of the ring
+(``accounts.ledger.notes``, docs/receipts.md#checkpoints-as-signed-notes), and with the statement signature of
+earlier releases (``accounts.ledger.signing``).  The keys that signed are recorded in the published key history
+(``LedgerLogKey``), and on commit the checkpoint is submitted to the policy's witnesses
+(``accounts.ledger.witnesses``).  Leaves written before receipts existed name shard heads
+(``accounts.ledger.leaves.head_leaf``); the first checkpoint after them appends a block leaf for every block, the old
+ones included.  The log only grows, so any two checkpoints are consistent (a consistency proof shows it), and the
+audit checks that every block a leaf names is still in its chain, with the same entries: a lost tail or an edited
+entry is caught.
 
-Before it appends a block's leaf the checkpoint recomputes the block's hash from the entries it read (the ones
-the entries root covers, ``accounts.ledger.leaves.block_tree``: a window of entries at a time, so memory does not grow
-with the block): a block whose stored entries no longer match its hash gets no leaf, and neither do the
-later blocks of its shard (the audit reports it).  Entry trees cost about 2 microseconds per entry (blinded
-leaves), off the purchase path; one checkpoint takes at most ``LDP_CHECKPOINT_MAX_ENTRIES`` entries' worth of blocks (always at
-least one block) and the next one continues.
+Before it appends a block's leaf the checkpoint recomputes the block's hash from the entries it read (the ones the
+entries root covers, ``accounts.ledger.leaves.block_tree``: a window of entries at a time, so memory does not grow
+with the block): a block whose stored entries no longer match its hash gets no leaf, and neither do the later blocks
+of its shard (the audit reports it).  Entry trees cost about 2 microseconds per entry (blinded leaves), off the
+purchase path; one checkpoint takes at most ``LDP_CHECKPOINT_MAX_ENTRIES`` entries' worth of blocks (always at least
+one block) and the next one continues.
 
-Checkpoints are made one at a time: each locks the latest checkpoint's row first.  Two made at once before any
-exists cannot both take the same leaf indexes (primary key), blocks (``UNIQUE``) or tree size (``UNIQUE``): the
-second is refused and ``checkpoint_make`` answers with the first.
+Checkpoints are made one at a time: each locks the latest checkpoint's row first.  Two made at once before any exists
+cannot both take the same leaf indexes (primary key), blocks (``UNIQUE``) or tree size (``UNIQUE``): the second is
+refused and ``checkpoint_make`` answers with the first.
 """
 from __future__ import annotations
 

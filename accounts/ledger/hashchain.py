@@ -250,6 +250,7 @@ def _insert_events(block, created_at, rec) -> None:
     micro_col = lambda name: Col.numeric(rec[name], 6, null=rec[name] < 0)  # noqa: E731
     storage.write_columns(LedgerEvent._meta.db_table, {
         "block_id": Col.int8(np.full(n, block.id)),
+        "shard": Col.int4(np.full(n, block.shard)),
         "position": Col.int4(np.arange(n)),
         "value_id": Col.int8(rec["value"]),
         "purchase_id": Col.int8(rec["reference"], null=rec["reference"] < 0),

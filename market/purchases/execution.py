@@ -160,6 +160,7 @@ def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:
                                                 dtype=np.uint8).reshape(seqs.size, -1)
         storage.write_columns(PurchaseChunk._meta.db_table, {
             "purchase_id": Col.int8(np.full(seqs.size, purchase.id)),
+            "attribute_id": Col.int8(np.full(seqs.size, purchase.attribute_id)),
             "seq": Col.int4(seqs),
             "count": Col.int4(np.full(seqs.size, count)),
             "value_ids": Col(as_matrix(ids)),

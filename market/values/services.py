@@ -81,7 +81,8 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list |
                    block_id=None if b is None else int(b), slot=None if k is None else int(k))
              for o, r, s, c, b, k in zip(owners, raws, sealed_inputs, cohorts, block_ids, slots)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
-            [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
+            [BudgetAccount(value=v, attribute_id=v.attribute_id, ceiling=current, **policy) for v in values],
+            batch_size=2000)
         if not attribute.is_oneshot:
             n, steps = len(values), points.size
             store.store(attribute, store.read(block_ids), np.repeat(block_ids, steps),
@@ -109,7 +110,8 @@ def _values_create_held(*, attribute: Attribute, owners: list[User], ceiling, sc
             [Value(owner=o, attribute=attribute, custody=Value.Custody.OWNER, block_id=int(b), slot=int(k))
              for o, b, k in zip(owners, block_ids, slots)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
-            [BudgetAccount(value=v, ceiling=current, **policy) for v in values], batch_size=2000)
+            [BudgetAccount(value=v, attribute_id=v.attribute_id, ceiling=current, **policy) for v in values],
+            batch_size=2000)
         # each value's policy entry, then (after all of them) its custody entry: one block
         rows = event_rows(budgets + budgets, LedgerEntry.Kind.SCHEDULE if schedule else LedgerEntry.Kind.CEILING)
         rows.records["kind"][len(budgets):] = ledger.KINDS.index(LedgerEntry.Kind.OWNER_CUSTODY)

@@ -110,7 +110,7 @@ def test_budget_consistent_schedules_are_accepted(budget):
 
 def test_one_budget_per_value(budget):
     b = budget.get()
-    refused(lambda: BudgetAccount.objects.create(value_id=b.value_id, ceiling=1))
+    refused(lambda: BudgetAccount.objects.create(value_id=b.value_id, attribute_id=b.attribute_id, ceiling=1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,7 +126,8 @@ def _block() -> LedgerBlock:
 def _entry(value_id, **fields):
     """A ledger event row (budget events; releases written before the compact ledger were such rows too:
     the per-entry CHECKs still state the release rules)."""
-    base = dict(block=_block(), position=0, value_id=value_id, kind="ceiling", created_at=djtz.now(),
+    block = _block()
+    base = dict(block=block, shard=block.shard, position=0, value_id=value_id, kind="ceiling", created_at=djtz.now(),
                 epsilon=None, chain_loss_before=0, chain_loss_after=0, oneshot_loss_before=0, oneshot_loss_after=0,
                 ceiling=1)
     return LedgerEvent.objects.create(**{**base, **fields})

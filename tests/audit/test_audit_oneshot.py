@@ -100,7 +100,8 @@ def disguise_ic_purchase(m):
 
 
 def store_survey_outputs(m):
-    PurchaseChunk.objects.create(purchase=m["ic"], seq=0, count=2, value_ids=np.array([1, 2], "<i8").tobytes(),
+    PurchaseChunk.objects.create(purchase=m["ic"], attribute_id=m["ic"].attribute_id, seq=0, count=2,
+                                 value_ids=np.array([1, 2], "<i8").tobytes(),
                                  outputs=np.array([1, 3], "<i2").tobytes())
 
 

@@ -569,7 +569,8 @@ def test_the_database_keeps_guarantees_on_releases_and_purchases_consistent():
                                 mechanism="warner", guarantee="ldp", status="completed")  # no charged epsilon
     block = LedgerEntry.objects.filter(value=v).first().block
     # budget events (and releases written before the compact ledger), one row each: at a free position
-    base = dict(block=block, position=block.entry_count, value=v, created_at=block.created_at, chain_loss_before=0,
+    base = dict(block=block, shard=block.shard, position=block.entry_count, value=v, created_at=block.created_at,
+                chain_loss_before=0,
                 chain_loss_after=0, oneshot_loss_before=0, ceiling=D("1"))
     with pytest.raises(IntegrityError), transaction.atomic():
         LedgerEvent.objects.create(kind="ceiling", oneshot_loss_after=0, guarantee="ldp", **base)
