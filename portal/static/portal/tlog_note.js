@@ -1,5 +1,5 @@
-// C2SP signed notes, checkpoints, cosignatures and trust policies in the browser (docs/receipts.md, "Checking
-// receipts" and #witnesses): the pure module the value page uses to check a checkpoint's signed note against the
+// C2SP signed notes, checkpoints, cosignatures and trust policies in the browser (docs/receipts.md#checking-receipts
+// and docs/receipts.md#witnesses): the pure module the value page uses to check a checkpoint's signed note against the
 // policy the service publishes (GET /api/v1/ledger/policy/).  No DOM, no network, no storage; WebCrypto
 // (globalThis.crypto.subtle: Ed25519, SHA-256) only, so Node 20 runs it as it is (tests/js/tlog_note.test.mjs).
 // It follows the Python reference, client/ldpmarket_client/tlog/{note,checkpoint,policy}.py, and the
