@@ -43,14 +43,20 @@ run: venv .env
 	  "DJANGO_DEBUG=1", "DJANGO_SECRET_KEY=" + t(50), "LDP_VALUE_KEY=" + t(32), "LDP_PSEUDONYM_KEY=" + t(32)]))' > $@
 	@echo "==> wrote $@ with fresh keys"
 
-## make test: the layers (lint-imports, .importlinter), ruff, the browser JavaScript's unit tests (node --test),
-## then the whole suite in parallel (set DATABASE_URL / REDIS_URL to run it on PostgreSQL and Redis)
+## make test: the layers (lint-imports, .importlinter), ruff, the browser JavaScript's unit tests (node --test), the
+## alert rules' tests (promtool), then the whole suite in parallel (set DATABASE_URL / REDIS_URL to run it on
+## PostgreSQL and Redis)
 PYTEST_WORKERS ?= auto
 test: venv
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check .
 	@if command -v node >/dev/null 2>&1; then node --test tests/js/; \
 	  else echo "==> node not found: the JavaScript unit tests (tests/js/) were NOT run (install Node 20)"; fi
+	@if command -v promtool >/dev/null 2>&1; then promtool check rules deploy/prometheus/rules.yml \
+	  && promtool check config --syntax-only deploy/prometheus/prometheus.yml \
+	  && promtool test rules deploy/prometheus/rules_test.yml; \
+	  else echo "==> promtool not found: the alert rules (deploy/prometheus/) were NOT checked or tested" \
+	  "(apt-get install --no-install-recommends prometheus)"; fi
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 ## make bench: every benchmark in benchmarks/, figures to benchmarks/results/

@@ -29,9 +29,11 @@ class Lock(IntEnum):
     #: Budget rows (``BudgetAccount``), in value-id order: purchases (``market.purchases.eligibility``), budget
     #: services (``accounts.services``), value services (``market.values.services``).
     BUDGETS = 20
-    #: A value's own row (``market.values.services``: deleting its raw value, tagging it).
+    #: A value's own row (``market.values.services``: deleting its raw value, tagging it; ``market.values.rotation``:
+    #: sealing it again under a new value key, rows in id order).
     VALUE = 30
-    #: The attribute's chain lock, ``FOR NO KEY UPDATE`` of its row (``market.chains.store.lock``).
+    #: The attribute's chain lock, ``FOR NO KEY UPDATE`` of its row (``market.chains.store.lock``; also taken by
+    #: ``market.values.rotation`` to seal the attribute's chain points again).
     CHAIN = 40
     #: The buyer's credit account (``accounts.money.purchase``, ``accounts.money.services.money_topup``).
     BUYER_CREDIT = 50

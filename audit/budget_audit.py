@@ -41,6 +41,9 @@ a chain block; every sealed chain point opens (bound to its identity); each
 head is its slot's highest point and covers the chain loss; every chain
 purchase's released outputs are the stored points at its epsilon (no fork).
 
+**Keys** (``audit.keys``): every sealed row is under a key of ``LDP_VALUE_KEYS`` (none under a retired key) and
+opens with it (docs/security.md#rotating-the-value-key).
+
 **Money**: every account's balance equals the sum of its entries and its last
 ``balance_after`` (each entry's ``balance_after`` is the running sum); per
 purchase the buyer's debit equals the price and equals the owners' shares plus
@@ -70,6 +73,7 @@ from . import sql
 from .budgets import check_budget_rows, check_oneshot_losses
 from .chains import check_chains, check_custody
 from .hashchain import check_checkpoints, check_hash_chain
+from .keys import check_keys
 from .money import check_money, check_settlements, check_topups_payouts
 from .purchases import check_oneshot, check_purchases
 from .replay import check_replay
@@ -110,6 +114,8 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
         release_values = read_release_values()
         # reads and opens the chain blocks a batch at a time, in the same snapshot
         chain_heads = check_chains(rec, budgets)
+        # every sealed row under a key of the ring, and opening with it (docs/security.md#rotating-the-value-key)
+        under_older_keys = check_keys(rec)
 
     check_hash_chain(rec, e, blocks, prev_hashes, hashes, heads, anchor, values)
     check_checkpoints(rec, blocks, hashes, checkpoints, leaves, e)
@@ -127,5 +133,5 @@ def audit_budgets(*, examples: int = 5, anchor: str | None = None, now: datetime
              "checkpoints": len(checkpoints), "ledger_entries": int(e["id"].size),
              "values": int(values["id"].size), "budgets": int(budgets["value"].size),
              "purchases": int(purchases["id"].size), "money_accounts": int(accounts["id"].size),
-             "money_entries": int(money["id"].size)}
+             "money_entries": int(money["id"].size), "sealed_rows_under_older_value_keys": under_older_keys}
     return AuditReport(rec.checks, stats, hashes[-1] if hashes else None, time.perf_counter() - started)

@@ -126,12 +126,12 @@ def _check_released(rec: Recorder, slots, attributes) -> None:
     checked = 0
     for pid, attribute_id, epsilon in purchases:
         attribute = attributes[attribute_id]
-        chunks = list(PurchaseChunk.objects.filter(purchase_id=pid).order_by("seq").values_list("seq", "value_ids",
-                                                                                               "outputs"))
+        chunks = list(PurchaseChunk.objects.filter(purchase_id=pid).order_by("seq").values_list(
+            "seq", "value_ids", "outputs", "value_key_id"))
         if not chunks:
             continue
         try:
-            opened = [open_chunk(pid, seq, ids, out, attribute.width) for seq, ids, out in chunks]
+            opened = [open_chunk(pid, seq, ids, out, attribute.width, key_id) for seq, ids, out, key_id in chunks]
         except sealing.SealBroken as exc:
             wrong.append(f"purchase {pid}: {exc}")
             continue

@@ -226,14 +226,14 @@ def _audit_attribute(attribute, *, sample: int, levels: int, coverage: float, rn
     for s in range(0, chosen.size, 1000):
         part = chosen[s:s + 1000].tolist()
         rows += list(Value.objects.filter(id__in=part, block__isnull=False).order_by("id").values_list(
-            "id", "owner_id", "input_sealed", "block_id", "slot"))
+            "id", "owner_id", "input_sealed", "block_id", "slot", "value_key_id"))
     out.sampled = len(rows)
     if not rows:
         out.note = "no stored chains with their raw value to audit"
         return out
     try:
         payload = sealing.open_inputs([bytes(r[2]) for r in rows], [r[1] for r in rows], [attribute.id] * len(rows),
-                                      domain.payload_bytes(attribute))
+                                      domain.payload_bytes(attribute), [r[5] for r in rows])
     except sealing.SealBroken as exc:
         out.error = f"sealed inputs do not open: {exc}"
         return out

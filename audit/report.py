@@ -18,7 +18,8 @@ from accounts.money.units import UNITS as MONEY_UNITS
 
 from .codes import GUARANTEES, MECHANISMS, STATUSES
 
-SECTIONS = ("Hash chain", "Checkpoints", "Budget replay", "Budgets and values", "Chains", "Purchases", "Money")
+SECTIONS = ("Hash chain", "Checkpoints", "Budget replay", "Budgets and values", "Chains", "Keys", "Purchases",
+            "Money")
 
 @dataclass
 class Check:

@@ -21,6 +21,8 @@ BENCHMARKS: list[str] = [
     "e4_api",
     "e5_parallel",
     "e6_receipts",
+    "e7_witnesses",
+    "e8_rotation",
     "paper_experiments",
     "uldp_reproduction",
     "rr3_reproduction",

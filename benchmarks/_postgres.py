@@ -77,7 +77,7 @@ def checkpoint() -> None:
 
 
 #: The chain tables a snapshot copies (``snapshot_chains``) and ``restore_chains`` puts back.
-CHAIN_POINT_COLUMNS = "id, block_id, attribute_id, epsilon, present, sealed, revision"
+CHAIN_POINT_COLUMNS = "id, block_id, attribute_id, epsilon, present, sealed, revision, value_key_id"
 
 
 def snapshot_chains(snapshot: str) -> None:

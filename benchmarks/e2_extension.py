@@ -11,7 +11,8 @@ Beside it, in the same rounds (interleaved; judged by the median round's ratio):
 done in memory
 -- from numpy arrays already in memory (the sealed inputs and each block's sealed head point row, as they are
 stored, loaded untimed before the timing), in batches of ``settings.LDP_EXTENSION_BATCH`` values (whole blocks,
-as the task batches them): ``sealing.open_inputs`` on the batch's sealed inputs, ``sealing.open_points`` on each
+the task's batches: ``market.chains.extension._batches`` as the task reads ahead, starting at a quarter of that and
+growing): ``sealing.open_inputs`` on the batch's sealed inputs, ``sealing.open_points`` on each
 of its blocks' head rows, and ``market.chains.grow`` over the 9 steps; nothing else (no database, no sealing of
 the new points).  Target: the task >= 25% of the floor's rate at every n.
 
@@ -26,10 +27,11 @@ ids.  The in-process high-water mark of the timed runs (reset through ``/proc/se
 run) is kept in the results as information only: at 10^7 this process already holds ~1 GiB of its own.
 
 Also printed, as information: where the task's time goes (probes around the functions ``_extend_batch`` calls:
-the chain lock, the wait for the values read ahead (``market.chains.extension._read_ahead``: a thread reads batch k + 1
-while batch k grows; the COPY out itself is listed beside, as it overlaps the rest), the blocks' bitmaps, opening
-the inputs, opening the head points, growing, sealing and writing the new points; the rest -- transactions, the
-block id list -- as 'other').
+the chain lock, the first batch's own read of its values (in the task's thread: nothing runs before it to hide it),
+the wait for the values read ahead (``market.chains.extension._read_ahead``: a thread reads batch k + 1 while batch k
+grows; that thread's reads are listed beside, as they overlap the rest), the blocks' bitmaps, opening the inputs,
+opening the head points, growing, selecting the new points, sealing and writing them; the rest -- transactions,
+the block id list, the task -- as 'other').
 
 Set-up (not timed) writes the rows with ``COPY`` instead of ``market.values.services.values_create_many``, which seals
 each raw value with its own Fernet token (too slow for 10^7): the mechanism inputs and the first chain points
@@ -53,6 +55,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -159,19 +162,21 @@ def _make_values(n: int) -> int:
             del ids, inputs, payload, sealed, first, rows
         c.execute("INSERT INTO market_chainblock (id, attribute_id, index, capacity, size, heads, revision) "
                   "SELECT id, %s, id - 1, %s, size, heads, 0 FROM e2_blocks ORDER BY id", [attribute.id, capacity])
-        c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision) "
-                  "SELECT id, %s, %s, present, sealed, 0 FROM e2_blocks ORDER BY id", [attribute.id, grid.start])
+        c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision, "
+                  "value_key_id) SELECT id, %s, %s, present, sealed, 0, %s FROM e2_blocks ORDER BY id",
+                  [attribute.id, grid.start, sealing.newest_key_id()])
         c.execute("INSERT INTO accounts_user (id, password, is_superuser, username, first_name, last_name, "
                   "email, is_staff, is_active, date_joined, role, organisation) "
                   "SELECT id, '!', false, 'e2-owner-' || id, '', '', '', false, true, now(), 'owner', '' "
                   "FROM e2_stage")
         c.execute("INSERT INTO market_value (id, owner_id, attribute_id, raw_sealed, input_sealed, cohort, "
-                  "created_at, block_id, slot) SELECT id, id, %s, %s, sealed, 0, now(), (id - 1) / %s + 1, "
-                  "(id - 1) %% %s FROM e2_stage", [attribute.id, token, capacity, capacity])
+                  "created_at, block_id, slot, value_key_id) SELECT id, id, %s, %s, sealed, 0, now(), "
+                  "(id - 1) / %s + 1, (id - 1) %% %s, %s FROM e2_stage",
+                  [attribute.id, token, capacity, capacity, sealing.newest_key_id()])
         # Every ceiling already raised (as a schedule or the portal would) from 0.1 to 1.0: 9 grid steps to extend.
-        c.execute("INSERT INTO accounts_budgetaccount (value_id, ceiling, chain_loss, oneshot_loss, paused, "
-                  "schedule_shape, updated_at) SELECT id, %s, 0, 0, false, '', now() FROM e2_stage",
-                  [CEILING_RAISED])
+        c.execute("INSERT INTO accounts_budgetaccount (value_id, attribute_id, ceiling, chain_loss, oneshot_loss, "
+                  "paused, schedule_shape, updated_at) SELECT id, %s, %s, 0, 0, false, '', now() FROM e2_stage",
+                  [attribute.id, CEILING_RAISED])
         for table in ("accounts_user", "market_value", "market_chainblock"):
             c.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
     with connection.cursor() as c:
@@ -249,8 +254,6 @@ def _time_floor(attribute_id: int, n: int, data: dict) -> float:
 def _time_floor_once(attribute_id: int, n: int, data: dict) -> float:
     """The task's compute alone, timed: per batch of whole blocks (the task's batches), open the sealed inputs,
     open each block's head point row, grow over the steps; nothing else."""
-    from django.conf import settings
-
     from market.chains import grow as chains
     from market.models import Attribute
     from market.values import inputs as domain
@@ -260,16 +263,15 @@ def _time_floor_once(attribute_id: int, n: int, data: dict) -> float:
     grid = chains.Grid.of(attribute)
     pbytes, width, m, divisor = (domain.payload_bytes(attribute), attribute.width, attribute.domain_size,
                                  attribute.draw_divisor)
-    per_batch = max(1, int(settings.LDP_EXTENSION_BATCH) // max(1, int(settings.LDP_CHAIN_BLOCK)))
     sealed, owner, slot, ceiling, head = data["sealed"], data["owner_id"], data["slot"], data["ceiling"], data["head"]
     block_ids, head_eps, head_present, head_sealed = (data["block_ids"], data["head_eps"], data["head_present"],
                                                       data["head_sealed"])
     offsets = data["offsets"]
+    batches = _task_batches(block_ids.size)  # (first block, end) of each of the task's batches
     steps = 0
     gc.collect()
     start = time.perf_counter()
-    for k in range(0, block_ids.size, per_batch):
-        k1 = min(k + per_batch, block_ids.size)
+    for k, k1 in batches:
         lo, hi = int(offsets[k]), int(offsets[k1])
         payload = sealing.open_inputs(sealed[lo:hi], owner[lo:hi], np.full(hi - lo, attribute.id), pbytes)
         inputs = domain.from_payload(attribute, payload)
@@ -287,6 +289,22 @@ def _time_floor_once(attribute_id: int, n: int, data: dict) -> float:
     return seconds
 
 
+def _task_batches(blocks: int) -> list[tuple[int, int]]:
+    """The task's batches of ``blocks`` blocks (``market.chains.extension._batches``, reading ahead as it does on
+    PostgreSQL), as ``(first block, end)`` positions."""
+    from django.conf import settings
+
+    from market.chains import extension
+
+    per_batch = max(1, int(settings.LDP_EXTENSION_BATCH) // max(1, int(settings.LDP_CHAIN_BLOCK)))
+    out, start = [], 0
+    for batch in extension._batches(list(range(blocks)), per_batch, blocks > per_batch):
+        if batch:
+            out.append((start, start + len(batch)))
+            start += len(batch)
+    return out
+
+
 # --------------------------------------------------------------------------- the task, timed, in phases
 
 class _Breakdown:
@@ -298,20 +316,27 @@ class _Breakdown:
         self.nested: set[str] = set()
         self._undo = []
 
-    def wrap(self, module, name: str, label: str, *, nested: bool = False) -> None:
+    def wrap(self, module, name: str, label: str, *, nested: bool = False, other_threads: str | None = None) -> None:
+        """Time calls of ``module.name`` under ``label``; with ``other_threads``, the calls made by another thread
+        than the task's (the read-ahead thread's) go under that label instead, as a nested one: they overlap the
+        task's phases."""
         original = getattr(module, name)
+        main = threading.main_thread()
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - start
+                key = label if other_threads is None or threading.current_thread() is main else other_threads
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
         setattr(module, name, timed)
         self._undo.append((module, name, original))
         if nested:
             self.nested.add(label)
+        if other_threads is not None:
+            self.nested.add(other_threads)
 
     def restore(self) -> None:
         for module, name, original in reversed(self._undo):
@@ -353,11 +378,15 @@ def _run_task(attribute_id: int, n: int) -> dict:
     # the task waits only for what the reading did not hide.  The reading itself overlaps the other phases, so
     # it is listed beside them, not in their sum.
     br.wrap(extension, "_ready", "wait for the values read ahead")
-    br.wrap(pgcopy, "extension_rows", "  read values (COPY out, in the read-ahead thread)", nested=True)
+    # The first batch reads its own values, in the task's thread (nothing runs before it to hide the read): a phase
+    # of the task.  The next batches' reads run in the read-ahead thread, beside the other phases.
+    br.wrap(pgcopy, "extension_rows", "read values (first batch, in the task's thread)",
+            other_threads="  read values (COPY out, in the read-ahead thread)")
     br.wrap(chainstore, "read", "read blocks + bitmaps")
     br.wrap(sealing, "open_inputs", "open sealed inputs")
     br.wrap(chainstore, "points_at", "open head points (points_at)")
     br.wrap(chains, "grow", "grow (relax)")
+    br.wrap(extension, "_new_points", "select the new points")
     br.wrap(chainstore, "store", "seal + write points (store)")
     br.wrap(sealing, "seal_points", "  of which seal_points", nested=True)
     gc.collect()
@@ -476,12 +505,12 @@ def measure(n: int, rounds: int) -> dict:
     ratios = [floor / run["seconds"] for floor, run in zip(floor_runs, task_runs)]
     capacity = int(settings.LDP_CHAIN_BLOCK)
     per_batch = max(1, int(settings.LDP_EXTENSION_BATCH) // capacity)
-    # The task's batches (market.chains.extension._extend): reading ahead, the first is a quarter of the others.
-    first = max(1, per_batch // 4) if stats["blocks"] > per_batch else per_batch
+    # The task's batches (market.chains.extension._batches): reading ahead, they start at a quarter and grow.
+    batches = _task_batches(stats["blocks"])
     return {
         "n": n, "rounds": rounds, "batch_size": settings.LDP_EXTENSION_BATCH, "block_size": capacity,
-        "blocks": stats["blocks"], "blocks_per_batch": per_batch, "first_batch_blocks": min(first, stats["blocks"]),
-        "batches": 1 + -(-max(0, stats["blocks"] - first) // per_batch),
+        "blocks": stats["blocks"], "blocks_per_batch": per_batch, "first_batch_blocks": batches[0][1],
+        "batches": len(batches), "batch_blocks": [k1 - k for k, k1 in batches],
         "steps_per_value": STEPS, "value_steps": n * STEPS,
         "task_seconds": task_best, "task_value_steps_per_second": n * STEPS / task_best,
         "task_values_per_second": n / task_best,
@@ -504,6 +533,14 @@ def measure(n: int, rounds: int) -> dict:
         "chain_point_rows": point_rows, "chain_point_row_bytes": point_row_bytes,
         "chain_point_table_bytes": point_table_bytes,
     }
+
+
+def _batches_text(r: dict) -> str:
+    """The task's batches, e.g. ``4: 8, 12, 18, 11 blocks`` (``..., then 32`` when there are many)."""
+    sizes = r.get("batch_blocks") or [r["first_batch_blocks"]]
+    shown = ", ".join(str(b) for b in sizes[:5])
+    more = f", ... (then {r['blocks_per_batch']})" if len(sizes) > 5 else ""
+    return f"{r['batches']}: {shown}{more} blocks"
 
 
 def main() -> dict:
@@ -543,8 +580,7 @@ def main() -> dict:
     _common.print_table(
         ["n", "task batches", "task value-steps/s", "task s", "in memory value-steps/s", "in memory s", "of in memory",
          f">= {TARGET:.0%}", "task peak RSS MiB (fresh process)", "of which before task MiB", "task's share MiB"],
-        [[_common.pow10(r["n"]), f"{r['batches']}: {r.get('first_batch_blocks', r['blocks_per_batch'])}, then "
-                                 f"{r['blocks_per_batch']} blocks",
+        [[_common.pow10(r["n"]), _batches_text(r),
           _common.si(r["task_value_steps_per_second"], "/s"), f"{r['task_seconds']:.2f}",
           _common.si(r["floor_value_steps_per_second"], "/s"), f"{r['floor_seconds']:.2f}",
           f"{100 * r['ratio_to_floor']:.1f}%", "PASS" if r["pass"] else "FAIL", mib(r["fresh_rss_peak_kib"]),
@@ -592,7 +628,8 @@ def main() -> dict:
             "target_ratio": TARGET, "rss_limit_kib": RSS_LIMIT_KIB, "postgresql": pg_version,
             "task": "market.tasks.extend_chains.apply(args=[attribute_id]) (synchronous, secure default rng)",
             "floor": "in memory, from the stored sealed inputs and head point rows loaded beforehand (untimed), "
-                     "per batch of the task's blocks: sealing.open_inputs, sealing.open_points per block, "
+                     "per batch of the task's blocks (market.chains.extension._batches): sealing.open_inputs, "
+                     "sealing.open_points per block, "
                      "chains.grow over the steps (secure default rng); nothing else",
             "setup": "rows written by COPY; inputs sealed with market.values.sealing.seal_inputs, first points (0.1) "
                      "with sealing.seal_points, one row per block; ONE Fernet token (sealed for owner 0: opens for no "

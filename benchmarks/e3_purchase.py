@@ -213,6 +213,7 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
     from django.conf import settings
     from django.db import connection, transaction
 
+    from ldpmarket.keys import newest_value_key_id
     from market.models import Attribute, Purchase
     from market.purchases.execution import CHUNK
 
@@ -228,10 +229,12 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
             p = {"a": attribute_id, "e": Decimal(EPSILON), "buyer": buyer.id, "purchase": purchase.id,
                  "chunk": CHUNK, "e_micro": int(Decimal(EPSILON) * 1_000_000),
                  "head": int(Decimal(CEILING) * 1_000_000), "share_units": int(OWNER_SHARE * MONEY_UNITS),
-                 "price": PRICE * n, "shares": OWNER_SHARE * n, "fee": (PRICE - OWNER_SHARE) * n}
+                 "price": PRICE * n, "shares": OWNER_SHARE * n, "fee": (PRICE - OWNER_SHARE) * n,
+                 "key_id": newest_value_key_id()}
             # one new sealed point row per block at e (the size of the head row's: as many slots, as many bytes)
-            c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision) "
-                      "SELECT h.block_id, h.attribute_id, %(e_micro)s, h.present, h.sealed, 0 "
+            c.execute("INSERT INTO market_chainpoint (block_id, attribute_id, epsilon, present, sealed, revision, "
+                      "value_key_id) SELECT h.block_id, h.attribute_id, %(e_micro)s, h.present, h.sealed, 0, "
+                      "h.value_key_id "
                       "FROM market_chainpoint h JOIN market_chainblock b ON b.id = h.block_id "
                       "WHERE b.attribute_id = %(a)s AND h.epsilon = %(head)s", p)
             chains = c.rowcount
@@ -268,9 +271,10 @@ def _time_writes_alone(attribute_id: int, n: int) -> tuple[float, float]:
                       "WHEN 'platform' THEN 'platform fee' WHEN 'owners_pending' THEN 'owners'' shares, to settle' "
                       "ELSE 'purchase' END, now() FROM moved", p)
             money = c.rowcount
-            c.execute("INSERT INTO market_purchasechunk (purchase_id, attribute_id, seq, count, value_ids, outputs) "
+            c.execute("INSERT INTO market_purchasechunk (purchase_id, attribute_id, seq, count, value_ids, outputs, "
+                      "value_key_id) "
                       "SELECT %(purchase)s, %(a)s, k, count(*), string_agg(int8send(id), ''::bytea ORDER BY id), "
-                      "string_agg('\\x0000'::bytea, ''::bytea) "
+                      "string_agg('\\x0000'::bytea, ''::bytea), %(key_id)s "
                       f"FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / %(chunk)s AS k FROM ({values}) v) t "
                       "GROUP BY k", p)
             checks = time.perf_counter()

@@ -1,7 +1,8 @@
 """REST framework plumbing shared by every API view (docs/architecture.md#the-path-of-a-purchase).
 
 * :func:`problem_exception_handler`: every error is ``application/problem+json``
-  (RFC 9457) with ``type``, ``title``, ``status``, ``detail``, ``instance`` and,
+  (RFC 9457) with ``type``, ``title``, ``status``, ``detail``, ``instance``,
+  ``request_id`` (the response's ``X-Request-ID``: ``ldpmarket.requestlog``) and,
   for invalid input, ``errors`` (field -> messages).  Every error class declares
   its own status, type and title (``ldpmarket.problems``; the list is in
   docs/errors.md): the service's errors (``DomainError``) and the API's own
@@ -42,6 +43,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from ldpmarket.cache import unreachable
 from ldpmarket.numbers import is_ascii_int, parse_ascii_int
+from ldpmarket.requestlog import current_request_id
 
 from .problems import PROBLEM_BASE, DomainError, EpsilonError, attributes_of, declare, problem_type  # noqa: F401 (re-exported)
 
@@ -172,6 +174,9 @@ def problem_response(*, status: int, detail: str, slug: str | None = None, title
     if errors is not None:
         body["errors"] = errors
     body.update(extra or {})
+    request_id = current_request_id()  # the X-Request-ID of the response too (ldpmarket.requestlog)
+    if request_id:
+        body["request_id"] = request_id
     response = HttpResponse(json.dumps(body, cls=JSONEncoder), status=status, content_type=PROBLEM_CONTENT_TYPE)
     for key, value in (headers or {}).items():
         response[key] = value

@@ -28,6 +28,7 @@ import time
 
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache
+from django_prometheus.cache import metrics as cache_metrics
 from redis import exceptions as redis_errors
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class FallbackRedisCache(RedisCache):
                         _down_until.pop(self.location, None)
                     logger.warning("the cache (Redis) is back")
                 return result
+        if name == "get":  # a get Redis did not answer (django-prometheus's failures)
+            cache_metrics.django_cache_get_fail_total.labels(backend="redis").inc()
         return getattr(self.local, name)(*args, **kwargs)
 
 
@@ -114,3 +117,34 @@ def _operation(name: str):
 
 for _name in OPERATIONS:
     setattr(FallbackRedisCache, _name, _operation(_name))
+
+
+# Metrics (docs/operations.md#metrics): django-prometheus's cache counters, ``django_cache_get_total`` and its hits,
+# misses and failures (a get Redis did not answer, served by the fallback), by backend.
+_MISSING = object()
+
+
+def _counted(backend: str, get):
+    def method(self, key, default=None, version=None):
+        cache_metrics.django_cache_get_total.labels(backend=backend).inc()
+        value = get(self, key, _MISSING, version=version)
+        if value is _MISSING:
+            cache_metrics.django_cache_misses_total.labels(backend=backend).inc()
+            return default
+        cache_metrics.django_cache_hits_total.labels(backend=backend).inc()
+        return value
+
+    method.__name__ = "get"
+    method.__doc__ = get.__doc__
+    return method
+
+
+FallbackRedisCache.get = _counted("redis", FallbackRedisCache.get)
+
+
+class CountedLocMemCache(LocMemCache):
+    """Django's ``LocMemCache`` (the embedded set-up's cache), its gets counted as above (django-prometheus's own
+    ``LocMemCache`` returns the default for a cached 0 or empty value)."""
+
+
+CountedLocMemCache.get = _counted("locmem", LocMemCache.get)

@@ -17,6 +17,9 @@ class ProblemSerializer(serializers.Serializer):
     status = serializers.IntegerField(help_text="The HTTP status code.")
     detail = serializers.CharField(help_text="What went wrong with this request, in plain words.")
     instance = serializers.CharField(required=False, help_text="The request path.")
+    request_id = serializers.CharField(
+        required=False, help_text="The request's id, also sent as the X-Request-ID response header and written in "
+                                  "every log line of the request: quote it when reporting a problem.")
     errors = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()), required=False,
         help_text="For invalid input: the messages for each field (non_field_errors: for the request as a whole).")

@@ -367,6 +367,15 @@ class QuoteInvalid(DomainError, ValueError):
 # ------------------------------------------------------------------------ Storage (ldpmarket.pgbinary)
 
 
+class RestoreInputError(DomainError, ValueError):
+    """A kept checkpoint, policy or log key that ``manage.py verify_restore`` cannot read (it exits 2;
+    docs/operations.md#restore-drill)."""
+
+    status = 400
+    slug = "unreadable-restore-input"
+    title = "Unreadable restore input"
+
+
 class CopyFormatError(DomainError, RuntimeError):
     """A binary COPY stream that does not have the expected fixed-width layout (a fault: a 500, logged)."""
 

@@ -4,13 +4,15 @@ A ``.env`` file beside manage.py is read when present (``make run`` writes one
 with fresh keys on first use).  Defaults give the embedded set-up: SQLite and
 Celery running tasks in-process.
 """
+import logging
 from datetime import timedelta
 from pathlib import Path
 
 import environ
 
 from .clientaddr import parse_networks
-from .keys import require_strong_keys
+from .keys import require_strong_keys, value_key_id
+from .logs import configure_structlog, log_format, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -21,14 +23,26 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="insecure-development-key-set-DJANGO_SECRET_KEY" if DEBUG else None)
 if not SECRET_KEY:
     raise environ.ImproperlyConfigured("Set DJANGO_SECRET_KEY (or DJANGO_DEBUG=1 for a development key).")
+# Earlier secret keys, comma-separated: sessions, password-reset links and other signatures made with them stay
+# valid while they are listed (Django's SECRET_KEY_FALLBACKS; rotating: docs/security.md#rotating-the-secret-key).
+SECRET_KEY_FALLBACKS = env.list("DJANGO_SECRET_KEY_FALLBACKS", default=[])
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 # Keys for values at rest and buyer pseudonyms. Development defaults only under DEBUG.
-LDP_VALUE_KEY = env("LDP_VALUE_KEY", default="development-value-key-not-for-production" if DEBUG else None)
+# LDP_VALUE_KEYS: the value-key ring, comma-separated, newest first: the first seals, every one opens the rows
+# sealed with it (rotating: docs/security.md#rotating-the-value-key); LDP_VALUE_KEY is a ring of one, and stays
+# the first key of the ring.
+LDP_VALUE_KEYS = [k.strip() for k in env.list("LDP_VALUE_KEYS", default=[]) if k.strip()] or [
+    k for k in [env("LDP_VALUE_KEY", default="development-value-key-not-for-production" if DEBUG else "")] if k]
+LDP_VALUE_KEY = LDP_VALUE_KEYS[0] if LDP_VALUE_KEYS else None
 LDP_PSEUDONYM_KEY = env("LDP_PSEUDONYM_KEY", default="development-pseudonym-key" if DEBUG else None)
 if not LDP_VALUE_KEY or not LDP_PSEUDONYM_KEY:
-    raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY and LDP_PSEUDONYM_KEY (or DJANGO_DEBUG=1).")
+    raise environ.ImproperlyConfigured("Set LDP_VALUE_KEY (or LDP_VALUE_KEYS) and LDP_PSEUDONYM_KEY "
+                                       "(or DJANGO_DEBUG=1).")
+if len({value_key_id(k) for k in LDP_VALUE_KEYS}) != len(LDP_VALUE_KEYS):
+    raise environ.ImproperlyConfigured("LDP_VALUE_KEYS lists a key twice (or two keys with one id: generate "
+                                       "another; docs/security.md#keys).")
 # The Ed25519 keys that sign the ledger's checkpoints (accounts.ledger.signing, docs/receipts.md#the-log-key):
 # LDP_LEDGER_SIGNING_KEYS, comma-separated, newest first (every key in it signs each new checkpoint; rotating:
 # docs/receipts.md#rotating-the-log-key); LDP_LEDGER_SIGNING_KEY is a ring of one.  Each seed is HKDF of the
@@ -41,11 +55,25 @@ if len(set(LDP_LEDGER_SIGNING_KEYS)) != len(LDP_LEDGER_SIGNING_KEYS):
 # docs/receipts.md#entry-data): HKDF of this setting or, when it is empty, of LDP_VALUE_KEY (its own label).  It
 # must never change once receipts were issued (docs/security.md, Keys).
 LDP_LEDGER_BLINDING_KEY = env("LDP_LEDGER_BLINDING_KEY", default="")
+# With a ring of value keys the ledger's keys must be set: unset, they are derived from LDP_VALUE_KEY, which a
+# rotation changes, and every checkpoint signed and entries root computed before would stop verifying.  Set both to
+# the value key they were derived from, the ring's oldest (docs/security.md#rotating-the-value-key, step 1).
+if len(LDP_VALUE_KEYS) > 1 and not (LDP_LEDGER_SIGNING_KEYS and LDP_LEDGER_BLINDING_KEY):
+    raise environ.ImproperlyConfigured(
+        "LDP_VALUE_KEYS holds more than one key but LDP_LEDGER_SIGNING_KEYS or LDP_LEDGER_BLINDING_KEY is not set: "
+        "set both to the value key the ledger's keys were derived from (the LDP_VALUE_KEY used before the "
+        "rotation, the last of LDP_VALUE_KEYS), or its checkpoints and entries roots stop verifying "
+        "(docs/security.md#rotating-the-value-key).")
 if not DEBUG:  # weak, placeholder or repeated keys refuse start-up (docs/security.md, Keys)
-    require_strong_keys({"DJANGO_SECRET_KEY": SECRET_KEY, "LDP_VALUE_KEY": LDP_VALUE_KEY,
-                         "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY,
-                         **({"LDP_LEDGER_BLINDING_KEY": LDP_LEDGER_BLINDING_KEY} if LDP_LEDGER_BLINDING_KEY else {}),
-                         **{f"LDP_LEDGER_SIGNING_KEYS[{i}]": key for i, key in enumerate(LDP_LEDGER_SIGNING_KEYS)}})
+    _ledger_keys = {**({"LDP_LEDGER_BLINDING_KEY": LDP_LEDGER_BLINDING_KEY} if LDP_LEDGER_BLINDING_KEY else {}),
+                    **{f"LDP_LEDGER_SIGNING_KEYS[{i}]": key for i, key in enumerate(LDP_LEDGER_SIGNING_KEYS)}}
+    # the ledger's keys may repeat each other and, during a rotation, a key of the ring (the one they were derived
+    # from: docs/security.md#rotating-the-value-key)
+    _ring = {("LDP_VALUE_KEY" if i == 0 else f"LDP_VALUE_KEYS[{i}]"): key for i, key in enumerate(LDP_VALUE_KEYS)}
+    require_strong_keys({"DJANGO_SECRET_KEY": SECRET_KEY,
+                         **{f"DJANGO_SECRET_KEY_FALLBACKS[{i}]": key for i, key in enumerate(SECRET_KEY_FALLBACKS)},
+                         **_ring, "LDP_PSEUDONYM_KEY": LDP_PSEUDONYM_KEY, **_ledger_keys},
+                        may_share=frozenset(_ledger_keys) | (frozenset(_ring) if len(_ring) > 1 else frozenset()))
 # The log's origin (docs/receipts.md#checkpoints-as-signed-notes): the first line of every checkpoint and the name of
 # the log's key, e.g. market.example.org/log (the scheme-less URL of /log/).  Required without DEBUG.
 LDP_LOG_ORIGIN = env("LDP_LOG_ORIGIN", default="ldpmarket.localhost/log" if DEBUG else "")
@@ -112,6 +140,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "ldpmarket.clientaddr.ClientAddressMiddleware",
+    # the request id (X-Request-ID, problem bodies) and the request's log lines; after the client's address is settled
+    "ldpmarket.requestlog.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "ldpmarket.csp.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -299,6 +329,29 @@ if REDIS_URL:
                          "OPTIONS": {"retry_after": env.float("LDP_CACHE_RETRY_SECONDS", default=5.0),
                                      "timeout": env.float("LDP_CACHE_TIMEOUT_SECONDS", default=0.5)}}
 
+# Metrics (docs/operations.md#metrics): GET /metrics in the Prometheus text format, served to loopback clients no
+# proxy forwarded, to signed-in staff and to LDP_METRICS_TOKEN (Prometheus's bearer token; empty: no token works).
+# django-prometheus counts requests (its two middlewares, around all the others), database queries (its wrapper of
+# the database backend) and cache gets (ldpmarket.cache).  A Celery worker serves its pool's metrics on
+# LDP_WORKER_METRICS_PORT (0: not at all).  With PROMETHEUS_MULTIPROC_DIR set (prometheus-client reads it), the
+# processes of a host write their metrics there and each scrape sums them (gunicorn.conf.py).
+LDP_METRICS_TOKEN = env("LDP_METRICS_TOKEN", default="")
+if LDP_METRICS_TOKEN and not DEBUG:
+    require_strong_keys({"LDP_METRICS_TOKEN": LDP_METRICS_TOKEN})
+LDP_WORKER_METRICS_PORT = env.int("LDP_WORKER_METRICS_PORT", default=0)
+# The figures that scan every value (budget violations, chains behind their ceiling: 2 s at 10^6 values) are computed
+# at most once per this many seconds and shared through the cache; 0: at every scrape.
+LDP_METRICS_SCAN_INTERVAL_SECONDS = env.float("LDP_METRICS_SCAN_INTERVAL_SECONDS", default=60.0)
+INSTALLED_APPS.append("django_prometheus")
+MIDDLEWARE = ["django_prometheus.middleware.PrometheusBeforeMiddleware", *MIDDLEWARE,
+              "django_prometheus.middleware.PrometheusAfterMiddleware"]
+_db_vendor = DATABASES["default"]["ENGINE"].rpartition(".")[2]
+if DATABASES["default"]["ENGINE"].startswith("django.db.backends.") and _db_vendor in ("postgresql", "sqlite3"):
+    DATABASES["default"]["ENGINE"] = f"django_prometheus.db.backends.{_db_vendor}"  # the same backend, counted
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache":
+    CACHES["default"]["BACKEND"] = "ldpmarket.cache.CountedLocMemCache"
+SECURE_REDIRECT_EXEMPT.append(r"^metrics$")  # Prometheus scrapes plain http inside the network, as probes do
+
 # Chain extension: values per transaction (memory stays flat in the number of values).
 LDP_EXTENSION_BATCH = env.int("LDP_EXTENSION_BATCH", default=65536)
 # Chains in blocks (docs/architecture.md#chains-in-blocks): values per chain block, for blocks created from now on.
@@ -360,11 +413,17 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["drf_spectacular.hooks.preprocess_exclude_path_format"],
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
-    # django-axes logs every sign-in at INFO; failures and lockouts are WARNING
-    "loggers": {"axes": {"level": "WARNING"}},
-}
+# Logs (ldpmarket.logs, docs/operations.md#logs): every line on stderr, JSON (one object a line, with the request id,
+# the user, the task or purchase) or console (readable); LDP_LOG_FORMAT chooses, JSON by default without DEBUG.
+try:
+    LDP_LOG_FORMAT = log_format(env("LDP_LOG_FORMAT", default=""), debug=DEBUG)
+except ValueError as exc:
+    raise environ.ImproperlyConfigured(str(exc)) from None
+LOGGING = logging_config(LDP_LOG_FORMAT, env("LOG_LEVEL", default="INFO"), loggers={
+    # django-axes logs every sign-in at INFO; failures and lockouts are WARNING (the username masked:
+    # AXES_SENSITIVE_PARAMETERS)
+    "axes": {"level": "WARNING"},
+})
+configure_structlog()
+# django-structlog (ldpmarket.requestlog): one line per request at INFO (request_finished); request_started at DEBUG
+DJANGO_STRUCTLOG_STATUS_START_LOG_LEVEL = logging.DEBUG

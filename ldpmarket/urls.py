@@ -23,6 +23,8 @@ urlpatterns = [
     path("api/v1/audit/", include("audit.api")),
     # the checkpoint log as a C2SP tiled log (public, static-like): accounts/ledger/log_http.py
     path("log/", include("accounts.ledger.log_http")),
+    # GET /metrics, the Prometheus text format: loopback, the metrics token and staff only (audit/metrics_http.py)
+    path("", include("audit.metrics_http")),
 ]
 
 # Errors under /api/ are application/problem+json like the API's own (ldpmarket.api); elsewhere Django's pages.

@@ -176,14 +176,16 @@ class ValueAdmin(ReadOnlyAdmin):
         if pk is not None:
             extra.update(self._steps(request, pk))
         if roles.can_read_raw_values(request.user) and pk is not None:
-            row = Value.objects.filter(id=pk).values_list("raw_sealed", "owner_id", "attribute_id").first()
+            row = Value.objects.filter(id=pk).values_list("raw_sealed", "owner_id", "attribute_id",
+                                                          "value_key_id").first()
             if row is not None:
                 extra["raw_value_shown"] = True
                 if row[0] is None:
                     extra["raw_value"] = "(deleted by its owner)"
                 else:
                     try:
-                        extra["raw_value"] = sealing.open_raw(row[0], owner_id=row[1], attribute_id=row[2])
+                        extra["raw_value"] = sealing.open_raw(row[0], owner_id=row[1], attribute_id=row[2],
+                                                                      key_id=row[3])
                     except sealing.SealBroken:
                         extra["raw_value"] = "(does not open with this key: tampered with or sealed elsewhere)"
                     log.info("raw value %s opened in the admin by %s", object_id, request.user.username)

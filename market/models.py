@@ -10,6 +10,7 @@ from django.db.models.functions import Length
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
+from ldpmarket.keys import newest_value_key_id
 from mechanisms import registry
 from mechanisms.release_stats import Shape
 
@@ -263,6 +264,8 @@ class ChainPoint(models.Model):
     present = models.BinaryField()
     sealed = models.BinaryField()
     revision = models.PositiveIntegerField(default=0)
+    #: The id of the value key that sealed ``sealed`` (``market.values.sealing``, docs/security.md#keys).
+    value_key_id = models.IntegerField(default=newest_value_key_id, editable=False)
 
     class Meta:
         constraints = [
@@ -306,6 +309,9 @@ class Value(models.Model):
     slot = models.PositiveIntegerField(null=True, blank=True)
     custody = models.CharField(max_length=8, choices=Custody.choices, default=Custody.SERVICE,
                                db_default=Custody.SERVICE)
+    #: The id of the value key that sealed ``raw_sealed`` and ``input_sealed`` (always together; meaningless while
+    #: they are NULL): ``market.values.sealing``, docs/security.md#keys.
+    value_key_id = models.IntegerField(default=newest_value_key_id, editable=False)
 
     class Meta:
         constraints = [
@@ -430,6 +436,8 @@ class PurchaseChunk(models.Model):
     count = models.PositiveIntegerField()
     value_ids = models.BinaryField()
     outputs = models.BinaryField()
+    #: The id of the value key that sealed ``outputs`` (``market.values.sealing``, docs/security.md#keys).
+    value_key_id = models.IntegerField(default=newest_value_key_id, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["purchase", "seq"], name="purchase_chunk_seq_unique")]

@@ -288,11 +288,12 @@ def chunk_layout(purchase: Purchase) -> tuple[np.ndarray, np.ndarray]:
     return seqs, starts
 
 
-def open_chunk(purchase_id: int, seq: int, value_ids: bytes, sealed: bytes, width: int) -> tuple[np.ndarray,
-                                                                                                   np.ndarray]:
-    """``(value ids, outputs (n, width))`` of one stored chunk, its outputs opened (``sealing.open_released``)."""
+def open_chunk(purchase_id: int, seq: int, value_ids: bytes, sealed: bytes, width: int,
+               key_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(value ids, outputs (n, width))`` of one stored chunk, its outputs opened under the row's key
+    ``key_id`` (``sealing.open_released``)."""
     ids = np.frombuffer(bytes(value_ids), dtype="<i8").astype(np.int64)
-    out = sealing.open_released(sealed, purchase_id=purchase_id, seq=seq, value_ids=bytes(value_ids))
+    out = sealing.open_released(sealed, purchase_id=purchase_id, seq=seq, value_ids=bytes(value_ids), key_id=key_id)
     return ids, np.frombuffer(out, dtype="<i2").astype(np.int64).reshape(ids.size, width)
 
 
@@ -303,8 +304,9 @@ def iter_chunks(purchase: Purchase, seqs=None):
     if seqs is not None:
         qs = qs.filter(seq__in=list(seqs))
     for seq in qs.values_list("seq", flat=True):
-        ids, out = PurchaseChunk.objects.filter(purchase=purchase, seq=seq).values_list("value_ids", "outputs").get()
-        yield open_chunk(purchase.id, seq, ids, out, width)
+        ids, out, key_id = PurchaseChunk.objects.filter(purchase=purchase, seq=seq).values_list(
+            "value_ids", "outputs", "value_key_id").get()
+        yield open_chunk(purchase.id, seq, ids, out, width, key_id)
 
 
 def output_rows(purchase: Purchase, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,9 +1,10 @@
 """docker-compose.yml, checked for structure (Docker itself does not run here; docs/operations.md).
 
-Five services with health checks and healthy-dependency ordering; every command names something that
-exists in the project (the Celery app, the WSGI module, manage.py commands); and the environment each
-application service gets is enough for ``ldpmarket.settings`` to load in production mode, on PostgreSQL
-and Redis, with no default key.
+Five services with health checks and healthy-dependency ordering, and Prometheus beside them; every command names
+something that exists in the project (the Celery app, the WSGI module, manage.py commands); the environment each
+application service gets is enough for ``ldpmarket.settings`` to load in production mode, on PostgreSQL and Redis,
+with no default key; and Prometheus scrapes what the services serve, with the metrics token
+(docs/operations.md#metrics).
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def compose() -> dict:
 def strong_keys() -> dict[str, str]:
     """Fresh keys as .env.example says to make them (weak ones refuse start-up: ldpmarket.keys)."""
     return {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "LDP_VALUE_KEY": secrets.token_urlsafe(32),
-            "LDP_PSEUDONYM_KEY": secrets.token_urlsafe(32), "LDP_LOG_ORIGIN": "localhost:8000/log"}
+            "LDP_PSEUDONYM_KEY": secrets.token_urlsafe(32), "LDP_LOG_ORIGIN": "localhost:8000/log",
+            "LDP_METRICS_TOKEN": secrets.token_urlsafe(32)}
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
@@ -238,27 +240,31 @@ print(json.dumps({
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
-def test_settings_load_in_production_mode_from_the_compose_environment(compose, name):
+def test_settings_load_in_production_mode_from_the_compose_environment(compose, name, tmp_path):
     given = strong_keys()
     env = {k: interpolate(v, given) for k, v in environment_of(compose["services"][name]).items()}
     env.update({"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "PYTHONPATH": str(ROOT)})
+    if "PROMETHEUS_MULTIPROC_DIR" in env:  # the container's tmpfs: here a directory of the test's own
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout.strip().splitlines()[-1])
     assert s["debug"] is False
-    assert s["engine"] == "django.db.backends.postgresql" and s["host"] == "postgres"
+    # Django's PostgreSQL backend, its queries counted by django-prometheus (docs/operations.md#metrics)
+    assert s["engine"] == "django_prometheus.db.backends.postgresql" and s["host"] == "postgres"
     assert s["eager"] is False and s["broker"].startswith("redis://redis:")
     assert s["cache"].endswith("RedisCache")
     assert "localhost" in s["hosts"]
     assert (s["secret"], s["value_key"]) == (given["DJANGO_SECRET_KEY"], given["LDP_VALUE_KEY"])
 
 
-def test_system_checks_pass_with_the_compose_environment(compose):
+def test_system_checks_pass_with_the_compose_environment(compose, tmp_path):
     """What gunicorn, the workers and ``make run`` import at start-up loads and passes ``manage.py check``."""
     given = strong_keys()
     env = {k: interpolate(v, given) for k, v in environment_of(compose["services"]["web"]).items()}
-    env.update({"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "PYTHONPATH": str(ROOT)})
+    env.update({"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "ldpmarket.settings", "PYTHONPATH": str(ROOT),
+                "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})  # the container's tmpfs: a directory of the test's own
     probe = ("import environ; environ.Env.read_env = lambda *a, **k: None\n"
              "import django; django.setup()\n"
              "from django.core.management import call_command; call_command('check', fail_level='ERROR')\n"
@@ -304,3 +310,56 @@ def test_dockerignore_keeps_secrets_and_local_state_out():
     dockerfile = (ROOT / "Dockerfile").read_text()
     for copied in re.findall(r"^COPY (\S+) ", dockerfile, re.M):
         assert copied == "." or (ROOT / copied).exists(), copied
+
+
+# ------------------------------------------------------------------------------------------- Prometheus
+
+def test_prometheus_runs_with_its_config_rules_and_the_metrics_token(compose):
+    service = compose["services"]["prometheus"]
+    assert str(service["image"]).startswith("prom/prometheus:v")
+    assert "./deploy/prometheus:/etc/prometheus:ro" in service["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in service["command"]
+    for name in ("prometheus.yml", "rules.yml", "rules_test.yml"):
+        assert (ROOT / "deploy" / "prometheus" / name).is_file(), name
+    # the token reaches Prometheus as a secret file, from the variable the app services read
+    (secret,) = service["secrets"]
+    assert compose["secrets"][secret] == {"environment": "LDP_METRICS_TOKEN"}
+    for name in APP_SERVICES:
+        assert environment_of(compose["services"][name])["LDP_METRICS_TOKEN"].startswith("${LDP_METRICS_TOKEN:?")
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for name in ("ldpmarket-web", "ldpmarket-worker"):
+        assert jobs[name]["authorization"] == {"type": "Bearer", "credentials_file": f"/run/secrets/{secret}"}
+    # its UI on the host's loopback only; it starts once web answers
+    assert interpolate(str(service["ports"][0]), {}).startswith("127.0.0.1:")
+    assert service["depends_on"]["web"]["condition"] == "service_healthy"
+    assert "/-/ready" in " ".join(service["healthcheck"]["test"])
+
+
+def test_prometheus_scrapes_what_web_and_the_workers_serve(compose):
+    from django.urls import resolve
+
+    services = compose["services"]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    web = jobs["ldpmarket-web"]
+    assert resolve(web["metrics_path"]).url_name == "metrics"
+    (target,) = web["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    assert host == "web" and interpolate(str(services["web"]["ports"][0]), {}).endswith(f":{port}")
+    # the host name Prometheus sends is allowed, whatever ALLOWED_HOSTS the operator sets
+    for given in ({}, {"ALLOWED_HOSTS": "market.example.org"}):
+        allowed = interpolate(environment_of(services["web"])["ALLOWED_HOSTS"], given).split(",")
+        assert "web" in allowed and (given.get("ALLOWED_HOSTS", "localhost") in allowed)
+    worker = jobs["ldpmarket-worker"]
+    (sd,) = worker["dns_sd_configs"]
+    assert sd["names"] == ["worker"] and sd["type"] == "A"
+    assert worker["metrics_path"] == "/metrics"  # what ldpmarket.metrics.worker_metrics_app serves
+    worker_env = environment_of(services["worker"])
+    assert int(worker_env["LDP_WORKER_METRICS_PORT"]) == sd["port"]
+    # web and worker sum their processes' metrics through a directory that is empty at each start (a tmpfs)
+    for name in ("web", "worker"):
+        directory = environment_of(services[name])["PROMETHEUS_MULTIPROC_DIR"]
+        assert directory in services[name]["tmpfs"], name
+    assert "PROMETHEUS_MULTIPROC_DIR" not in environment_of(services["beat"])
+

@@ -25,6 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models
 
 from accounts.epsilon import to_micro
@@ -83,9 +84,14 @@ TREE_CHUNK = 2048
 
 def blinding_key() -> bytes:
     """The 32-byte key every entry's ``k_e`` is derived from: HKDF-SHA256 of ``LDP_LEDGER_BLINDING_KEY`` or, when
-    that setting is empty, of ``LDP_VALUE_KEY`` (which never changes on a database), under ``BLINDING_LABEL``.
+    that setting is empty, of ``LDP_VALUE_KEY`` (refused with a ring of value keys: a rotation would change it), under
+    ``BLINDING_LABEL``.
     Changing it would make every version-2 entries root unreproducible (the audit fails, receipts of earlier
     entries could not be reissued): docs/security.md#keys."""
+    if not settings.LDP_LEDGER_BLINDING_KEY and len(settings.LDP_VALUE_KEYS) > 1:
+        # the settings refuse this at start-up; a ring of value keys would otherwise change the derived key
+        raise ImproperlyConfigured("LDP_VALUE_KEYS holds more than one key: set LDP_LEDGER_BLINDING_KEY to the value "
+                                   "key the blinding key was derived from (docs/security.md#rotating-the-value-key).")
     secret = settings.LDP_LEDGER_BLINDING_KEY or settings.LDP_VALUE_KEY
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=BLINDING_LABEL).derive(secret.encode())
 

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from ldpmarket_client.tlog.note import ED25519, Signer, Verifier
 
@@ -28,6 +29,10 @@ HEADER = "ldpmarket ledger checkpoint v1"
 
 
 def _secrets() -> list[bytes]:
+    if not settings.LDP_LEDGER_SIGNING_KEYS and len(settings.LDP_VALUE_KEYS) > 1:
+        # the settings refuse this at start-up; a ring of value keys would otherwise change the derived key
+        raise ImproperlyConfigured("LDP_VALUE_KEYS holds more than one key: set LDP_LEDGER_SIGNING_KEYS to the value "
+                                   "key the ledger's key was derived from (docs/security.md#rotating-the-value-key).")
     return [s.encode() for s in (settings.LDP_LEDGER_SIGNING_KEYS or [settings.LDP_VALUE_KEY])]
 
 

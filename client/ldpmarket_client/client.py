@@ -55,6 +55,12 @@ def _retry_after(response: requests.Response) -> float | None:
         return max(0.0, when.timestamp() - time.time())
 
 
+def _request_id(body: dict, response: requests.Response) -> str | None:
+    """The service's id of the request: the problem's ``request_id``, else the ``X-Request-ID`` header."""
+    value = body.get("request_id")
+    return value if isinstance(value, str) and value else response.headers.get("X-Request-ID")
+
+
 def _plain_text(response: requests.Response) -> str:
     """The body of an error answer that is no problem document (a proxy's, say), if it is short plain text."""
     if response.headers.get("Content-Type", "").startswith("text/plain"):
@@ -189,7 +195,8 @@ class Client:
         cls = errors.problem_class(type_, status)
         return cls(status=status, type=type_, title=body.get("title") or response.reason or "",
                    detail=body.get("detail") or ("" if body else _plain_text(response)), errors=body.get("errors"),
-                   instance=body.get("instance"), body=body, retry_after=_retry_after(response))
+                   instance=body.get("instance"), body=body, retry_after=_retry_after(response),
+                   request_id=_request_id(body, response))
 
     def _get(self, path: str, **params) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None}).json()

@@ -28,8 +28,9 @@ class ProblemError(ClientError):
     """An error answer of the API.
 
     ``status`` (int), ``type`` (the problem's URI), ``title``, ``detail``, ``errors`` (field -> messages, or
-    ``None``), ``instance``, ``body`` (the whole problem document, with extra members such as ``excluded``) and
-    ``retry_after`` (seconds, or ``None``).
+    ``None``), ``instance``, ``body`` (the whole problem document, with extra members such as ``excluded``),
+    ``retry_after`` (seconds, or ``None``) and ``request_id`` (the request's id on the service, its
+    ``X-Request-ID``: quote it when reporting a problem; ``None`` from a server that sends none).
     """
 
     slug: ClassVar[str | None] = None  # the problem type after PROBLEM_BASE
@@ -37,7 +38,8 @@ class ProblemError(ClientError):
 
     def __init__(self, *, status: int, type: str = ABOUT_BLANK, title: str = "", detail: str = "",
                  errors: dict[str, list[str]] | None = None, instance: str | None = None,
-                 body: dict[str, Any] | None = None, retry_after: float | None = None):
+                 body: dict[str, Any] | None = None, retry_after: float | None = None,
+                 request_id: str | None = None):
         self.status = status
         self.type = type
         self.title = title
@@ -46,6 +48,7 @@ class ProblemError(ClientError):
         self.instance = instance
         self.body = body or {}
         self.retry_after = retry_after
+        self.request_id = request_id
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -145,6 +148,8 @@ NoMoneyAccount = _problem("NoMoneyAccount", slug="no-money-account",
                           doc="404: only buyers and owners have a money account.")
 SealBroken = _problem("SealBroken", slug="seal-broken", doc="500: a sealed value that does not open.")
 CopyFormat = _problem("CopyFormat", slug="copy-format", doc="500: an unexpected bulk-copy layout.")
+RestoreInput = _problem("RestoreInput", slug="unreadable-restore-input",
+                        doc="400: verify_restore cannot read a kept checkpoint, policy or key (a command's error).")
 
 # --- about:blank problems, by status ------------------------------------------------------------------------
 Unauthorized = _problem("Unauthorized", status=401, doc="401: no valid token (sign in again: tokens expire).")

@@ -67,15 +67,33 @@ def _extend(attribute: Attribute, value_ids, batch_size: int | None, rng) -> int
         blocks = sorted(set(Value.objects.filter(attribute=attribute, block__isnull=False, id__in=list(value_ids))
                             .values_list("block_id", flat=True)))
     per_batch = max(1, batch_size // max(1, int(settings.LDP_CHAIN_BLOCK)))
-    # Read ahead (below), the first batch is a quarter of the others: its read is the one nothing hides.
-    first = max(1, per_batch // 4) if _reads_ahead(len(blocks) > per_batch) else per_batch
-    batches = [blocks[:first]] + [blocks[k:k + per_batch] for k in range(first, len(blocks), per_batch)]
+    batches = _batches(blocks, per_batch, _reads_ahead(len(blocks) > per_batch))
     extended = 0
     with _read_ahead(attribute, batches, value_ids) as rows_of:
         for k, batch in enumerate(batches):
             with transaction.atomic():
                 extended += _extend_batch(attribute, grid, batch, rng, value_ids, rows=rows_of(k))
     return extended
+
+
+#: Reading ahead, each batch is at most this many times the one before (up to ``per_batch`` blocks).
+RAMP = 1.5
+
+
+def _batches(blocks: list, per_batch: int, reads_ahead: bool) -> list[list]:
+    """The blocks in batches of ``per_batch`` (at least one batch, maybe empty).  Reading ahead (``_read_ahead``),
+    the first batch is a quarter of the others -- its read is the one nothing hides -- and each next one at most
+    ``RAMP`` times the one before: batch k + 1 is read while batch k grows and stores its chains, and reading a
+    block takes the database about as long as growing and storing it here (benchmarks/e2_extension, 2 cores: a
+    batch twice as large as the one before was waited for)."""
+    if not reads_ahead:
+        return [blocks[k:k + per_batch] for k in range(0, len(blocks), per_batch)] or [[]]
+    batches, start, size = [], 0, max(1, per_batch // 4)
+    while start < len(blocks) or not batches:
+        batches.append(blocks[start:start + size])
+        start += size
+        size = min(per_batch, max(size + 1, int(size * RAMP)))
+    return batches
 
 
 @contextmanager
@@ -94,10 +112,19 @@ def _read_ahead(attribute: Attribute, batches: list[list[int]], value_ids):
         return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extension-read-ahead")
     pending: dict[int, Future] = {}
+    closing: list[Future] = []
+
+    def close_after_reads() -> None:
+        """Close the reading thread's own connection, in that thread, after the reads queued before (the last
+        batch's: then it closes while the last batch grows, not after it)."""
+        if not closing:
+            closing.append(pool.submit(connections.close_all))
 
     def rows_of(k: int):
         if k + 1 < len(batches):
             pending[k + 1] = pool.submit(extension_rows, attribute, batches[k + 1], value_ids)
+            if k + 2 == len(batches):
+                close_after_reads()
         # The first batch reads its own rows: nothing runs before it to hide a read (or the thread's connecting).
         return _ready(pending.pop(k)) if k else None
 
@@ -106,8 +133,9 @@ def _read_ahead(attribute: Attribute, batches: list[list[int]], value_ids):
     finally:
         for future in pending.values():
             future.cancel()
-        pool.submit(connections.close_all).result()  # the reading thread's own connection
+        close_after_reads()
         pool.shutdown(wait=True)
+        closing[0].result()
 
 
 def _reads_ahead(several_batches: bool) -> bool:
@@ -138,14 +166,26 @@ def _extend_batch(attribute: Attribute, grid: chains.Grid, block_ids: list[int],
         return 0
     block_of, slot, head, target = block_of[grow], slot[grow], head[grow], target[grow]
     payload = sealing.open_inputs(rows["sealed"][grow], rows["owner_id"][grow], np.full(grow.size, attribute.id),
-                                  domain.payload_bytes(attribute))
+                                  domain.payload_bytes(attribute), rows["key_id"][grow])
     inputs = domain.from_payload(attribute, payload)
     last = chainstore.points_at(attribute, blocks, block_of, slot, head)
     growth = chains.grow(inputs, head, last, target, grid, attribute.domain_size, rng, attribute.draw_divisor)
-    new = np.arange(growth.eps.shape[1])[None, :] < growth.count[:, None]
-    item = np.nonzero(new)[0]
-    chainstore.store(attribute, blocks, block_of[item], slot[item], growth.eps[new], growth.out[new])
+    # (no savepoint: the batch is its own transaction, which a refused write rolls back whole)
+    chainstore.store(attribute, blocks, *_new_points(growth, block_of, slot), savepoint=False)
     return int((growth.count > 0).sum())
+
+
+def _new_points(growth: chains.Growth, block_of: np.ndarray, slot: np.ndarray):
+    """The new points of ``growth`` as ``chainstore.store`` takes them, in (block, slot, epsilon) order: blocks,
+    slots, epsilons, outputs (n, width).  When every value grew by as many steps (the usual batch), views of the
+    growth's arrays, not masked copies."""
+    n, steps = growth.eps.shape
+    if steps and (growth.count == steps).all():
+        return (np.repeat(block_of, steps), np.repeat(slot, steps), growth.eps.reshape(-1),
+                growth.out.reshape(n * steps, -1))
+    new = np.arange(steps)[None, :] < growth.count[:, None]
+    item = np.nonzero(new)[0]
+    return block_of[item], slot[item], growth.eps[new], growth.out[new]
 
 
 def extension_rows(attribute: Attribute, block_ids: list[int], value_ids=None) -> dict[str, np.ndarray]:
@@ -158,10 +198,10 @@ def extension_rows(attribute: Attribute, block_ids: list[int], value_ids=None) -
     if value_ids is not None:
         qs = qs.filter(id__in=list(value_ids))
     got = list(qs.order_by("block_id", "slot").values_list("id", "owner_id", "block_id", "slot", "budget__ceiling",
-                                                            "input_sealed"))
+                                                            "input_sealed", "value_key_id"))
     n = len(got)
     col = lambda k: np.fromiter((r[k] for r in got), dtype=np.int64, count=n)  # noqa: E731
-    return {"value_id": col(0), "owner_id": col(1), "block_id": col(2), "slot": col(3),
+    return {"value_id": col(0), "owner_id": col(1), "block_id": col(2), "slot": col(3), "key_id": col(6),
             "ceiling": np.fromiter((to_micro(r[4]) for r in got), dtype=np.int64, count=n),
             "sealed": np.frombuffer(b"".join(bytes(r[5]) for r in got), dtype=np.uint8).reshape(
                 n, sealing.blocks_for(domain.payload_bytes(attribute)) * 16)}

@@ -111,35 +111,73 @@ def open_many(attribute: Attribute, wanted) -> dict[tuple[int, int], np.ndarray]
     """The outputs of several blocks' rows, ``wanted`` = ``[(block, rows), ...]``: ``{(block id, row): (capacity,
     width)}``, read in one query and opened with one AEAD call per row; ``ChainConflict`` if a row changed since
     its block was read (its revision moved on)."""
-    keys = [(block, int(r)) for block, rows in wanted for r in sorted({int(r) for r in rows})]
+    # (the distinct rows by numpy: callers pass a row per item, ``points_at`` one per value of the batch)
+    keys = [(block, r) for block, rows in wanted
+            for r in np.unique(np.asarray(rows, dtype=np.int64).reshape(-1)).tolist()]
     if not keys:
         return {}
-    got = {pid: (sealed, rev) for pid, sealed, rev in ChainPoint.objects.filter(
-        id__in=[int(b.point_ids[r]) for b, r in keys]).values_list("id", "sealed", "revision")}
+    got = {pid: (sealed, rev, key_id) for pid, sealed, rev, key_id in ChainPoint.objects.filter(
+        id__in=[int(b.point_ids[r]) for b, r in keys]).values_list("id", "sealed", "revision", "value_key_id")}
     out = {}
     for block, r in keys:
-        sealed, revision = got.get(int(block.point_ids[r]), (None, -1))
+        sealed, revision, key_id = got.get(int(block.point_ids[r]), (None, -1, None))
         if revision != int(block.point_revisions[r]):
             raise ChainConflict(f"A chain point of block #{block.id} changed since it was read; retry.")
         out[(block.id, r)] = sealing.open_points(sealed, attribute_id=attribute.id, block_id=block.id,
                                                  epsilon=int(block.eps[r]), present=bitmap(block.present[r]),
-                                                 width=attribute.width).astype(np.int64)
+                                                 width=attribute.width, key_id=key_id).astype(np.int64)
     return out
 
 
-def _by_block(block_ids: np.ndarray):
-    """``(block id, item indices)`` for each distinct block among ``block_ids`` (one sort, no loop per item)."""
+def _by_block(block_ids: np.ndarray, *, slices: bool = False):
+    """``(block id, item indices)`` for each distinct block among ``block_ids`` (one sort, no loop per item).
+    With ``slices``, items already grouped by block (extension's rows) come as a ``slice`` of them: indexing an
+    array with it is a view, not a copy."""
     block_ids = np.asarray(block_ids, dtype=np.int64)
     if block_ids.size == 0:
         return
-    if (np.diff(block_ids) >= 0).all():  # already grouped (extension's rows): no sort
-        order = np.arange(block_ids.size)
-    else:
-        order = np.argsort(block_ids, kind="stable")
+    step = np.diff(block_ids)
+    if (step >= 0).all():  # already grouped (extension's rows): no sort
+        starts = np.concatenate([[0], np.flatnonzero(step) + 1])
+        bounds = np.append(starts, block_ids.size).tolist()
+        for k in range(starts.size):
+            a, b = bounds[k], bounds[k + 1]
+            yield int(block_ids[a]), (slice(a, b) if slices else np.arange(a, b))
+        return
+    order = np.argsort(block_ids, kind="stable")
     starts = np.concatenate([[0], np.flatnonzero(np.diff(block_ids[order])) + 1])
     bounds = np.append(starts, order.size)
     for k in range(starts.size):
         yield int(block_ids[order[starts[k]]]), order[bounds[k]:bounds[k + 1]]
+
+
+def _as_grid(slots: np.ndarray, eps: np.ndarray):
+    """When a block's items are k distinct slots (ascending) each with the same S ascending epsilons, item
+    ``j * S + s`` being slot j at epsilon s (extension's new points when every chain grew alike): the slots, as a
+    ``slice`` when they are consecutive, and the S epsilons; otherwise ``None``.  A few comparisons per item, no
+    search."""
+    steps = int(np.searchsorted(slots, slots[0], side="right"))  # S if sorted; the checks below tell
+    if steps == 0 or slots.size % steps or (steps > 1 and (np.diff(eps[:steps]) <= 0).any()):
+        return None
+    by_slot, by_eps = slots.reshape(-1, steps), eps.reshape(-1, steps)
+    at_slots = by_slot[:, 0]
+    if (by_slot != at_slots[:, None]).any() or (np.diff(at_slots) <= 0).any() or (by_eps != eps[:steps]).any():
+        return None
+    if int(at_slots[-1]) - int(at_slots[0]) + 1 == at_slots.size:
+        at_slots = slice(int(at_slots[0]), int(at_slots[-1]) + 1)
+    return at_slots, eps[:steps].copy()
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``values`` (ascending) and each one's index among them.  A block's new points are at a few
+    epsilons: they are guessed from its first items and checked, a binary search per item (``numpy.unique``
+    would hash every item), and found by ``numpy.unique`` when the guess misses one."""
+    guess = np.unique(values[:64])
+    which = np.searchsorted(guess, values)
+    if (guess[np.minimum(which, guess.size - 1)] == values).all():
+        return guess, which
+    distinct = np.unique(values)
+    return distinct, np.searchsorted(distinct, values)
 
 
 def neighbours(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray, slots: np.ndarray,
@@ -187,37 +225,54 @@ def neighbours(attribute: Attribute, blocks: dict[int, Block], block_ids: np.nda
 
 
 def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray, slots: np.ndarray,
-          eps: np.ndarray, outputs: np.ndarray) -> int:
+          eps: np.ndarray, outputs: np.ndarray, *, savepoint: bool = True) -> int:
     """Store new points: item i is ``outputs[i]`` (width,) at micro-epsilon ``eps[i]`` of slot ``slots[i]`` of
     block ``block_ids[i]``; raise each slot's head to its highest new point.  Per (block, epsilon): a new row is
     inserted, or the existing row is opened, given the new slots and sealed again, updated at the revision read.
     The caller holds the chain lock; ``ChainConflict`` if a row or block changed since ``blocks`` was read, or
-    if a slot already has a point at that epsilon (a fork).  Returns the rows written."""
+    if a slot already has a point at that epsilon (a fork).  Returns the rows written.
+
+    The writes run in a savepoint, so that a refused write leaves the caller's transaction usable; a caller whose
+    transaction is only this write (a batch of extension) passes ``savepoint=False``: its ``ChainConflict`` rolls
+    the whole transaction back anyway, and the savepoint would cost two more round trips."""
     block_ids, slots, eps = (np.asarray(a, dtype=np.int64) for a in (block_ids, slots, eps))
     if eps.size == 0:
         return 0
     outputs = np.asarray(outputs, dtype=np.int64).reshape(eps.size, -1)
     width = attribute.width
     inserts, updates = [], []
-    for bid, sel in _by_block(block_ids):
+    for bid, sel in _by_block(block_ids, slices=True):
         block = blocks[bid]
-        distinct = np.unique(eps[sel])  # the block's new rows, all at once
-        which = np.searchsorted(distinct, eps[sel])
+        block_slots, block_eps = slots[sel], eps[sel]
+        grid = _as_grid(block_slots, block_eps)
+        if grid is None:  # the block's new rows, all at once: item i goes to out[which[i], block_slots[i]]
+            distinct, which = _distinct(block_eps)
+            at = (which, block_slots)
+            new_outputs = outputs[sel]
+        else:  # k slots x the same S epsilons (extension): out[:, slots] takes them as they are, (S, k, width)
+            at_slots, distinct = grid
+            at = (slice(None), at_slots)
+            new_outputs = outputs[sel].reshape(-1, distinct.size, width).swapaxes(0, 1)
         rows = np.array([block.row(int(e)) for e in distinct.tolist()], dtype=np.int64)
-        at_row = rows[which]
-        old = at_row >= 0
-        if block.present[at_row[old], slots[sel][old]].any():
-            raise ChainConflict(f"A chain of block #{bid} already has a point where it is stored again.")
+        existing = np.flatnonzero(rows >= 0)
+        if existing.size:
+            if grid is None:
+                at_row = rows[which]
+                old = at_row >= 0
+                stored_again = block.present[at_row[old], block_slots[old]].any()
+            else:
+                stored_again = block.present[rows[existing]][:, at_slots].any()
+            if stored_again:
+                raise ChainConflict(f"A chain of block #{bid} already has a point where it is stored again.")
         out = np.full((distinct.size, block.capacity, width), -1, dtype=np.int16)
         present = np.zeros((distinct.size, block.capacity), dtype=bool)
-        existing = np.flatnonzero(rows >= 0)
         if existing.size:
             opened = open_rows(attribute, block, rows[existing])
             for k in existing.tolist():
                 out[k], present[k] = opened[int(rows[k])], block.present[rows[k]]
-        out[which, slots[sel]] = outputs[sel]
+        out[at] = new_outputs
         added = np.zeros((distinct.size, block.capacity), dtype=bool)
-        added[which, slots[sel]] = True
+        added[at] = True
         present |= added
         bits = np.packbits(present, axis=1, bitorder="little")
         for k, e in enumerate(distinct.tolist()):
@@ -232,16 +287,18 @@ def store(attribute: Attribute, blocks: dict[int, Block], block_ids: np.ndarray,
         if (top > block.heads).any():
             block.heads = np.maximum(block.heads, top)
             block.heads_changed = True
-    _write(attribute, inserts, updates, [b for b in blocks.values() if b.heads_changed])
+    _write(attribute, inserts, updates, [b for b in blocks.values() if b.heads_changed], savepoint=savepoint)
     return len(inserts) + len(updates)
 
 
-def _write(attribute: Attribute, inserts: list, updates: list, changed: list[Block]) -> None:
+def _write(attribute: Attribute, inserts: list, updates: list, changed: list[Block], *, savepoint: bool = True) -> None:
     """New rows by ``storage.write_columns`` (one binary COPY per row width on PostgreSQL), then the updated rows
     and heads, each only at the revision read."""
     point, block = ChainPoint._meta.db_table, ChainBlock._meta.db_table
+    key_id = sealing.newest_key_id()  # the key ``seal_points`` sealed the rows with (docs/security.md#keys)
     try:
-        with transaction.atomic():  # a savepoint: a refused write becomes ChainConflict, not a broken transaction
+        # a savepoint: a refused write becomes ChainConflict, not a broken transaction (see ``store``)
+        with transaction.atomic(savepoint=savepoint):
             widths = sorted({(len(bits), len(sealed)) for _, _, bits, sealed in inserts})
             for width in widths:
                 group = [r for r in inserts if (len(r[2]), len(r[3])) == width]
@@ -253,11 +310,13 @@ def _write(attribute: Attribute, inserts: list, updates: list, changed: list[Blo
                     "present": Col(np.frombuffer(b"".join(r[2] for r in group), dtype=np.uint8)
                                    .reshape(len(group), -1)),
                     "sealed": Col(np.frombuffer(b"".join(r[3] for r in group), dtype=np.uint8).reshape(len(group), -1)),
-                    "revision": Col.int4(np.zeros(len(group)))}, len(group))
+                    "revision": Col.int4(np.zeros(len(group))),
+                    "value_key_id": Col.int4(np.full(len(group), key_id))}, len(group))
             with connection.cursor() as cur:
                 for bits, sealed, pid, rev in updates:
-                    cur.execute(f"UPDATE {point} SET present = %s, sealed = %s, revision = revision + 1 "
-                                f"WHERE id = %s AND revision = %s", [bits, sealed, pid, rev])
+                    cur.execute(f"UPDATE {point} SET present = %s, sealed = %s, value_key_id = %s, "
+                                f"revision = revision + 1 WHERE id = %s AND revision = %s",
+                                [bits, sealed, key_id, pid, rev])
                     if cur.rowcount != 1:
                         raise ChainConflict("A chain point changed since it was read; retry.")
                 if changed:  # one executemany (pipelined on PostgreSQL); its row count sums every statement's

@@ -147,9 +147,11 @@ def held_epsilons(buyer_id: int, attribute, value_ids: np.ndarray) -> np.ndarray
 class Pool(Candidates):
     """The candidates of a one-shot release charging each value ``charged``: ``over`` is
     ``chain_loss + oneshot_loss + charged > ceiling`` (rules 2 and 4), a value without its raw datum
-    cannot be drawn from, and ``sealed`` holds the eligible values' sealed inputs by row."""
+    cannot be drawn from, and ``sealed`` holds the eligible values' sealed inputs by row, ``key_ids`` the ids of the
+    value keys that sealed them (``market.values.sealing``)."""
 
     sealed: list = field(default_factory=list)
+    key_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def eligible(self) -> np.ndarray:
@@ -174,13 +176,15 @@ def pool(attribute: Attribute, cohort: int | None, charged_micro: int, *, lock: 
         values = Value.objects.filter(attribute=attribute, input_sealed__isnull=False)
         if cohort is not None:
             values = values.filter(cohort=cohort)
-        rows = list(values.order_by("id").values_list("id", "input_sealed"))
+        rows = list(values.order_by("id").values_list("id", "input_sealed", "value_key_id"))
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         at = np.minimum(np.searchsorted(c.value_ids, ids), max(c.value_ids.size - 1, 0))
         hit = (c.value_ids[at] == ids) & p.eligible[at] if c.value_ids.size else np.zeros(ids.size, dtype=bool)
         p.sealed = [None] * c.value_ids.size
+        p.key_ids = np.zeros(c.value_ids.size, dtype=np.int64)
         for k in np.flatnonzero(hit).tolist():
             p.sealed[at[k]] = rows[k][1]
+            p.key_ids[at[k]] = rows[k][2]
     return p
 
 

@@ -151,6 +151,7 @@ def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:
     starts = np.arange(0, value_ids.size, CHUNK)
     counts = np.minimum(CHUNK, value_ids.size - starts)
     ids = [value_ids[s:s + CHUNK].astype("<i8").tobytes() for s in starts.tolist()]
+    key_id = sealing.newest_key_id()  # the key seal_released uses
     sealed = [sealing.seal_released(outputs[s:s + CHUNK].astype("<i2").tobytes(), purchase_id=purchase.id, seq=k,
                                     value_ids=ids[k]) for k, s in enumerate(starts.tolist())]
     Col = pgbinary.Column
@@ -164,4 +165,5 @@ def _write_chunks(purchase, value_ids: np.ndarray, outputs: np.ndarray) -> None:
             "seq": Col.int4(seqs),
             "count": Col.int4(np.full(seqs.size, count)),
             "value_ids": Col(as_matrix(ids)),
-            "outputs": Col(as_matrix(sealed))}, seqs.size)
+            "outputs": Col(as_matrix(sealed)),
+            "value_key_id": Col.int4(np.full(seqs.size, key_id))}, seqs.size)

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from decimal import Decimal
 
+import structlog
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
@@ -147,8 +148,10 @@ def _runs_in_a_worker(candidates: int) -> bool:
 
 def _run_or_enqueue(purchase: Purchase, candidates: int, total: int, *, created: bool, max_price=None) -> Outcome:
     """Run a claimed purchase: in this request, or (large) in Celery once the claim is committed."""
+    structlog.contextvars.bind_contextvars(purchase_id=purchase.id)  # the request's lines from here on name it
     if _runs_in_a_worker(candidates):
         progress_set(purchase.id, 0, total)
+        log.info("purchase %s sent to a worker (%s candidate values)", purchase.id, candidates)
         jobs.enqueue(jobs.RUN_PURCHASE, purchase.id)
         purchase.refresh_from_db()
         return Outcome(purchase, created, True)
@@ -166,6 +169,7 @@ def _run_or_enqueue(purchase: Purchase, candidates: int, total: int, *, created:
 
 def _replay(purchase: Purchase) -> Outcome:
     """The same key and body again: the completed purchase, or its current state, or run it if it stalled."""
+    structlog.contextvars.bind_contextvars(purchase_id=purchase.id)
     if purchase.status == Purchase.Status.COMPLETED:
         return Outcome(purchase, False, False)
     policy_or_refuse(purchase.attribute)  # running it again needs a valid price policy
@@ -206,7 +210,14 @@ def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | Non
     raised again).  ``skip_if_held`` (workers): a purchase another transaction is executing is returned as it
     is.  ``total`` sizes the progress reports (counted now when not given).  A worker retries a
     ``PurchaseConflict`` (a concurrent change; nothing was written) itself: ``conflicts_retried`` leaves the
-    purchase running then."""
+    purchase running then.  Its log lines carry ``purchase_id`` (docs/operations.md#logs)."""
+    with structlog.contextvars.bound_contextvars(purchase_id=purchase_id):
+        return _run(purchase_id=purchase_id, rng=rng, max_price=max_price, total=total,
+                    conflicts_retried=conflicts_retried, skip_if_held=skip_if_held)
+
+
+def _run(*, purchase_id: int, rng, max_price, total: int | None, conflicts_retried: bool,
+         skip_if_held: bool) -> Purchase:
     purchase = Purchase.objects.select_related("attribute").get(id=purchase_id)
     if purchase.status == Purchase.Status.COMPLETED:
         return purchase
@@ -222,9 +233,12 @@ def purchase_run(*, purchase_id: int, rng=None, max_price=None, total: int | Non
     Purchase.objects.filter(id=purchase_id).exclude(status=Purchase.Status.COMPLETED).update(
         status=Purchase.Status.RUNNING, error="", attempts=F("attempts") + 1, heartbeat_at=timezone.now())
     try:
-        return purchases.purchase_execute(purchase_id=purchase_id, rng=rng, max_price=max_price,
+        done = purchases.purchase_execute(purchase_id=purchase_id, rng=rng, max_price=max_price,
                                           progress=progress_reporter(purchase_id, total))
     except PurchaseError as exc:
         if not (conflicts_retried and isinstance(exc, PurchaseConflict)):
             purchase_fail(purchase_id=purchase_id, error=str(exc))
+        log.info("purchase %s not completed: %s", purchase_id, exc.slug)  # the reason is in the purchase
         raise
+    log.info("purchase %s %s", purchase_id, done.status)
+    return done

@@ -230,7 +230,7 @@ def _raise_chain_loss(value_ids: np.ndarray, e: int, now) -> None:
 def _open(attribute, cand, rows: np.ndarray) -> np.ndarray:
     """The sealed inputs of ``cand``'s ``rows``, opened in one call."""
     return sealing.open_inputs([bytes(cand.sealed[i]) for i in rows], cand.owner_ids[rows],
-                               [attribute.id] * rows.size, domain.payload_bytes(attribute))
+                               [attribute.id] * rows.size, domain.payload_bytes(attribute), cand.key_ids[rows])
 
 
 def _decimals(micros: np.ndarray) -> list:
@@ -247,13 +247,13 @@ def _inputs_for_extension(attribute, cand, elig, chains, e) -> np.ndarray | None
         return None
     inputs = np.full((elig.size, attribute.width), -1, dtype=np.int64)
     ids = cand.value_ids[elig[need]]
-    sealed = dict(Value.objects.filter(id__in=ids.tolist(), input_sealed__isnull=False)
-                  .values_list("id", "input_sealed"))
+    sealed = {v: (s, k) for v, s, k in Value.objects.filter(id__in=ids.tolist(), input_sealed__isnull=False)
+              .values_list("id", "input_sealed", "value_key_id")}
     have = np.fromiter((int(v) in sealed for v in ids.tolist()), dtype=bool, count=ids.size)
     rows = need[have]
     if rows.size:
-        payload = sealing.open_inputs([bytes(sealed[int(v)]) for v in ids[have].tolist()],
-                                      cand.owner_ids[elig][rows], [attribute.id] * rows.size,
-                                      domain.payload_bytes(attribute))
+        got = [sealed[int(v)] for v in ids[have].tolist()]
+        payload = sealing.open_inputs([bytes(s) for s, _ in got], cand.owner_ids[elig][rows],
+                                      [attribute.id] * rows.size, domain.payload_bytes(attribute), [k for _, k in got])
         inputs[rows] = domain.from_payload(attribute, payload)
     return inputs

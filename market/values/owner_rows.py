@@ -131,7 +131,8 @@ def open_raw(value: Value) -> str | None:
     if value.raw_sealed is None:
         return None
     try:
-        return sealing.open_raw(value.raw_sealed, owner_id=value.owner_id, attribute_id=value.attribute_id)
+        return sealing.open_raw(value.raw_sealed, owner_id=value.owner_id, attribute_id=value.attribute_id,
+                                key_id=value.value_key_id)
     except sealing.SealBroken:
         return None
 
@@ -532,12 +533,12 @@ def pum_tag(owner: User, value_id: int) -> str | None:
 
     value = owner_value(owner, value_id)
     attribute = value.attribute
-    sealed = Value.objects.filter(id=value.id).values_list("input_sealed", flat=True).get()
+    sealed, key_id = Value.objects.filter(id=value.id).values_list("input_sealed", "value_key_id").get()
     if not attribute.record.uses_sensitive or sealed is None:
         return None
     try:
         payload = sealing.open_inputs([bytes(sealed)], [value.owner_id], [attribute.id],
-                                      inputs.payload_bytes(attribute))
+                                      inputs.payload_bytes(attribute), key_id)
     except sealing.SealBroken:
         return None
     code = int(inputs.pum_tags_of(payload)[0])

@@ -69,6 +69,7 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list |
         points = np.arange(grid.start, top + 1, grid.step, dtype=np.int64)
         outputs = chains.generate(inputs, points, attribute.domain_size, rng, attribute.draw_divisor)
     policy = schedule.fields() if schedule else {}
+    key_id = sealing.newest_key_id()  # the key seal_inputs and seal_raw use
     with transaction.atomic():
         block_ids = slots = [None] * len(owners)
         if not attribute.is_oneshot:
@@ -77,7 +78,7 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list |
         values = Value.objects.bulk_create(
             [Value(owner=o, attribute=attribute, input_sealed=s, cohort=int(c),
                    raw_sealed=sealing.seal_raw(domain.raw_text(attribute, r), owner_id=o.id,
-                                               attribute_id=attribute.id),
+                                               attribute_id=attribute.id), value_key_id=key_id,
                    block_id=None if b is None else int(b), slot=None if k is None else int(k))
              for o, r, s, c, b, k in zip(owners, raws, sealed_inputs, cohorts, block_ids, slots)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
@@ -251,10 +252,14 @@ def value_set_pum_tag(*, value_id: int, tag: str | None, owner: User | None = No
         if value.input_sealed is None:
             raise BudgetError("The raw value was deleted: there is nothing left to tag.")
         payload = sealing.open_inputs([bytes(value.input_sealed)], [value.owner_id], [attribute.id],
-                                      domain.payload_bytes(attribute))
+                                      domain.payload_bytes(attribute), value.value_key_id)
         value.input_sealed = sealing.seal_inputs([value.owner_id], [attribute.id],
                                                  domain.with_pum_tag(payload, code))[0]
-        value.save(update_fields=["input_sealed"])
+        if value.value_key_id != sealing.newest_key_id():  # the raw value shares the row's key: sealed again too
+            value.raw_sealed = sealing.seal_raw(sealing.raw_of(value), owner_id=value.owner_id,
+                                                attribute_id=value.attribute_id)
+            value.value_key_id = sealing.newest_key_id()
+        value.save(update_fields=["input_sealed", "raw_sealed", "value_key_id"])
     return value
 
 

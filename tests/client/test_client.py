@@ -39,6 +39,7 @@ def test_wrong_password_is_a_typed_problem(live_server, buyer, client_for):
     exc = caught.value
     assert exc.status == 400 and exc.detail
     assert type(exc) is errors.problem_class(exc.type, exc.status) and type(exc) is not ProblemError
+    assert exc.request_id and exc.request_id == exc.body["request_id"]  # the service's id of the request
 
 
 def test_quote_then_buy_with_the_quote_and_the_key_is_sent_once_per_purchase(buyer, categorical, client_for):

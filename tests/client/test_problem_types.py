@@ -29,3 +29,20 @@ def test_unknown_and_blank_types():
     assert str(exc) == "418 Teapot: short and stout"  # the service's detail already names the fields
     assert str(errors.InvalidInput(status=400, title="Invalid input", errors={"epsilon": ["too big"]})) == \
         "400 Invalid input (epsilon: too big)"
+
+
+def test_the_request_id_comes_from_the_problem_or_else_the_header():
+    import requests
+
+    from ldpmarket_client.client import Client
+
+    response = requests.Response()
+    response.status_code, response.reason = 502, "Bad Gateway"
+    response.headers["X-Request-ID"] = "from-the-header"
+    response._content = b"<html>a proxy's page</html>"
+    assert Client._problem(response).request_id == "from-the-header"
+    response._content = b'{"type": "about:blank", "status": 502, "request_id": "from-the-body"}'
+    assert Client._problem(response).request_id == "from-the-body"
+    del response.headers["X-Request-ID"]
+    response._content = b'{"type": "about:blank", "status": 502}'
+    assert Client._problem(response).request_id is None

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from accounts.models import BudgetAccount, MoneyAccount, MoneyEntry, User
 from audit.budget_audit import audit_budgets
+from ldpmarket.problems import ChainConflict
 from market.chains import sets
 from market.chains import store as chainstore
 from market.chains.extension import chains_extend
@@ -116,6 +117,90 @@ def test_neighbours_read_from_blocks_are_the_chains_nearest_points(db, settings)
             seg = slice(got.offsets[i], got.offsets[i + 1])
             assert got.eps[seg].tolist() == want
             assert got.out[seg].tolist() == out[np.searchsorted(eps, want)].tolist()
+
+
+def _blocks_state(attribute) -> dict:
+    """Every block's rows, opened, and its heads: ``{block index: ([(epsilon, bitmap, outputs)], heads)}``."""
+    ids = list(ChainBlock.objects.filter(attribute=attribute).order_by("index").values_list("id", flat=True))
+    out = {}
+    for index, (bid, block) in enumerate(sorted(chainstore.read(ids).items())):
+        opened = chainstore.open_rows(attribute, block, range(block.eps.size))
+        out[index] = ([(int(block.eps[r]), chainstore.bitmap(block.present[r]), opened[r].tolist())
+                       for r in range(block.eps.size)], block.heads.tolist())
+    return out
+
+
+def test_store_writes_the_same_rows_from_a_grid_of_points_as_from_the_same_points_one_by_one(db, settings,
+                                                                                                monkeypatch):
+    """A block's new points as k slots x the same epsilons (extension's batches: ``store`` writes them as they
+    are, with no search per point) or in another order (the general path): the same rows, bitmaps, outputs and
+    heads, an existing row merged the same way, and a point stored again refused the same way."""
+    settings.LDP_CHAIN_BLOCK = 8
+    attribute = CategoricalAttributeFactory()
+    contribute(attribute, ["red", "green", "blue"] * 7, ceiling="0.1")  # blocks of 8, 8 and 5 values
+    ids = list(ChainBlock.objects.filter(attribute=attribute).order_by("index").values_list("id", flat=True))
+    gen = np.random.default_rng(5)
+    eps = np.array([200_000, 300_000, 400_000])
+    # block 0: all its slots (consecutive), block 1: slots 1, 3 and 6, block 2: slot 0 at 0.2, slot 2 at 0.2 and 0.3
+    cells = [(ids[0], s, e) for s in range(8) for e in eps] + [(ids[1], s, e) for s in (1, 3, 6) for e in eps[:2]] \
+        + [(ids[2], 0, 200_000), (ids[2], 2, 200_000), (ids[2], 2, 300_000)]
+    block_ids, slots, points = (np.array(c, dtype=np.int64) for c in zip(*cells))
+    outputs = gen.integers(0, 3, size=(len(cells), attribute.width))
+    grids = []
+    real = chainstore._as_grid
+    monkeypatch.setattr(chainstore, "_as_grid", lambda *a: grids.append(real(*a)) or grids[-1])
+
+    def stored(order, existing=None):
+        with transaction.atomic():
+            if existing is not None:  # a row at 0.3 in block 1 already, for slot 0 (as a purchase would leave it)
+                chainstore.store(attribute, chainstore.read(ids), *existing)
+            written = chainstore.store(attribute, chainstore.read(ids), block_ids[order], slots[order],
+                                       points[order], outputs[order], savepoint=False)
+            state = _blocks_state(attribute)
+            transaction.set_rollback(True)
+        return written, state
+
+    as_grid, grids_seen = stored(np.arange(len(cells))), list(grids)
+    assert [g is not None for g in grids_seen] == [True, True, False]
+    assert isinstance(grids_seen[0][0], slice) and grids_seen[1][0].tolist() == [1, 3, 6]
+    grids.clear()
+    shuffled = gen.permutation(len(cells))
+    assert stored(shuffled) == as_grid and all(g is None for g in grids)
+    assert as_grid[0] == 3 + 2 + 2
+    heads = as_grid[1][1][1]
+    assert heads == [100_000, 300_000, 100_000, 300_000, 100_000, 100_000, 300_000, 100_000]
+
+    existing = (np.array([ids[1]]), np.array([0]), np.array([300_000]), np.array([[2]]))
+    grids.clear()
+    merged = stored(np.arange(len(cells)), existing)
+    assert grids[2] is not None  # (after the existing row's store) block 1 still a grid: its row at 0.3 is opened
+    # and given the new slots
+    assert stored(shuffled, existing) == merged
+    rows = {e: bits for e, bits, _ in merged[1][1][0]}
+    assert chainstore.unbitmap(rows[300_000], 8).tolist() == [True, True, False, True, False, False, True, False]
+    assert merged[0] == as_grid[0]
+
+    again = (np.array([ids[1]]), np.array([3]), np.array([300_000]), np.array([[1]]))
+    for order in (np.arange(len(cells)), shuffled):
+        with pytest.raises(ChainConflict, match="already has a point"):
+            stored(order, again)
+
+
+def test_points_at_opens_each_row_once_whatever_the_number_of_values(db, settings, monkeypatch):
+    """``points_at`` hands ``open_many`` one row per value; each distinct row is read and opened once."""
+    settings.LDP_CHAIN_BLOCK = 8
+    attribute = CategoricalAttributeFactory()
+    values = contribute(attribute, ["red", "green", "blue"] * 6, ceiling="0.3")
+    rows = list(Value.objects.filter(id__in=[v.id for v in values]).order_by("id").values_list("block_id", "slot"))
+    block_ids, slots = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    blocks = chainstore.read(block_ids)
+    opened = []
+    real = sealing.open_points
+    monkeypatch.setattr(sealing, "open_points", lambda *a, **k: opened.append(k["epsilon"]) or real(*a, **k))
+    got = chainstore.points_at(attribute, blocks, block_ids, slots, np.full(len(rows), 300_000))
+    assert sorted(opened) == [300_000] * len(blocks)
+    stored = stored_chains(attribute)
+    assert got.tolist() == [stored[v.id][1][-1].tolist() for v in values]
 
 
 # ---------------------------------------------------------------------------------------------------------------

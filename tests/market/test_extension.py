@@ -276,8 +276,8 @@ def _read_ahead_threads() -> list[str]:
 def test_outside_a_transaction_each_next_batch_is_read_ahead(settings, monkeypatch):
     """Called as the task calls it (no transaction around it), extension reads each batch's values in one
     read-ahead thread while the batch before grows (``market.chains.extension._read_ahead``), the first batch a quarter
-    of the others; each batch gets exactly the rows it would have read itself.  Inside a transaction each batch reads
-    its own."""
+    of the others and each next one at most half again as large as the one before; each batch gets exactly the rows
+    it would have read itself.  Inside a transaction each batch reads its own."""
     from market.chains import pgcopy
 
     settings.LDP_CHAIN_BLOCK = 8
@@ -290,11 +290,11 @@ def test_outside_a_transaction_each_next_batch_is_read_ahead(settings, monkeypat
     monkeypatch.setattr(extension, "_extend_batch", lambda attribute, grid, block_ids, rng, value_ids=None, rows=None:
                         batches.append((list(block_ids), rows)) or real_batch(attribute, grid, block_ids, rng,
                                                                               value_ids, rows=rows))
-    assert chains_extend(attribute_id=attribute.id, batch_size=32) == 60  # 4 blocks a batch, the first 1
-    assert [len(b) for b, _ in batches] == [1, 4, 3]
+    assert chains_extend(attribute_id=attribute.id, batch_size=32) == 60  # up to 4 blocks a batch, the first 1
+    assert [len(b) for b, _ in batches] == [1, 2, 3, 2]
     assert batches[0][1] is None and batches[1][1] is not None  # the first batch reads its own rows
-    assert len(readers) == 3 and readers.count(threading.current_thread().name) == 1
-    assert sum(name.startswith("extension-read-ahead") for name in readers) == 2
+    assert len(readers) == 4 and readers.count(threading.current_thread().name) == 1
+    assert sum(name.startswith("extension-read-ahead") for name in readers) == 3
     assert not _read_ahead_threads()  # the thread and its connection are gone
     for block_ids, rows in batches[1:]:  # the values have not changed since: the same rows, read now
         again = real_read(attribute, block_ids)
@@ -333,3 +333,22 @@ def test_a_batch_that_fails_stops_the_read_ahead_and_keeps_the_batches_before(se
     assert heads.count(grid("0.1", "0.5")[-1]) == 8  # the first batch (one block) committed, the next rolled back
     monkeypatch.setattr(chains, "grow", real)
     assert chains_extend(attribute_id=attribute.id, batch_size=16) == 52
+
+
+def test_the_new_points_of_a_growth_are_its_steps_in_value_then_epsilon_order():
+    """``_new_points``: every value grown alike gives views of the growth's arrays; values grown unequally give
+    the masked points; both in (value, step) order."""
+    eps = np.array([[2, 3, 4], [2, 3, 4]]) * 100_000
+    out = np.arange(2 * 3 * 2).reshape(2, 3, 2)
+    block_of, slot = np.array([7, 7]), np.array([0, 5])
+    alike = extension._new_points(chains.Growth(eps=eps, out=out, count=np.array([3, 3])), block_of, slot)
+    assert [a.tolist() for a in alike[:3]] == [[7] * 6, [0, 0, 0, 5, 5, 5], eps.reshape(-1).tolist()]
+    assert alike[3].tolist() == out.reshape(6, 2).tolist() and np.shares_memory(alike[3], out)
+    unequal = extension._new_points(chains.Growth(eps=np.where([[1, 1, 1], [1, 0, 0]], eps, -1), out=out,
+                                                  count=np.array([3, 1])), block_of, slot)
+    assert [a.tolist() for a in unequal] == [[7] * 4, [0, 0, 0, 5], [200_000, 300_000, 400_000, 200_000],
+                                            out[[0, 0, 0, 1], [0, 1, 2, 0]].tolist()]
+    none = extension._new_points(chains.Growth(eps=np.zeros((2, 0), dtype=np.int64),
+                                                out=np.zeros((2, 0, 2), dtype=np.int64), count=np.zeros(2)),
+                                 block_of, slot)
+    assert all(a.shape[0] == 0 for a in none)

@@ -687,7 +687,7 @@ def test_wide_inputs_are_opened_and_drawn_in_bounded_batches_and_stored_in_order
     assert purchase.included == len(vs)
     assert [d.shape[0] for d in drawn] == [3] * (len(vs) // 3) + ([len(vs) % 3] if len(vs) % 3 else [])
     chunks = PurchaseChunk.objects.filter(purchase=purchase).order_by("seq")
-    opened = [open_chunk(purchase.id, c.seq, c.value_ids, c.outputs, attribute.width) for c in chunks]
+    opened = [open_chunk(purchase.id, c.seq, c.value_ids, c.outputs, attribute.width, c.value_key_id) for c in chunks]
     ids = np.concatenate([o[0] for o in opened])
     out = np.concatenate([o[1] for o in opened])
     assert ids.tolist() == sorted(v.id for v in vs)

@@ -116,7 +116,8 @@ def _generic_rows(monkeypatch, attribute, block_ids, value_ids=None) -> dict:
 
 
 def _assert_same_rows(fast: dict, generic: dict) -> None:
-    assert set(fast) == set(generic) == {"value_id", "owner_id", "block_id", "slot", "ceiling", "sealed"}
+    assert set(fast) == set(generic) == {"value_id", "owner_id", "block_id", "slot", "ceiling", "key_id",
+                                         "sealed"}
     for name, column in fast.items():
         assert column.dtype == generic[name].dtype, name
         np.testing.assert_array_equal(column, generic[name], err_msg=name)
@@ -186,6 +187,23 @@ def test_ceilings_are_read_as_exact_micro_epsilons(monkeypatch):
     fast = pgcopy.extension_rows(attribute, blocks)
     assert fast["ceiling"].tolist() == [to_micro(Decimal(c)) for c in ceilings]
     _assert_same_rows(fast, _generic_rows(monkeypatch, attribute, blocks))
+
+
+@pg
+@pytest.mark.django_db
+def test_a_sealed_input_of_another_length_is_refused_not_misread():
+    """The values come as fixed-width records in one bytea: a sealed input of another length would shift every
+    record after it, so the read refuses the batch (as the per-row parse did)."""
+    attribute = _attribute()
+    values = _values(attribute, 6)
+    blocks = _block_ids(attribute)
+    width = len(bytes(values[0].input_sealed))
+    for length in (width + 16, width - 1):
+        Value.objects.filter(id=values[2].id).update(input_sealed=b"\x01" * length)
+        with pytest.raises(pgcopy.CopyFormatError, match="not of"):
+            pgcopy.extension_rows(attribute, blocks)
+    Value.objects.filter(id=values[2].id).update(input_sealed=values[2].input_sealed)
+    assert pgcopy.extension_rows(attribute, blocks)["value_id"].tolist() == [v.id for v in values]
 
 
 @pg
@@ -390,3 +408,15 @@ def test_parse_rows_refuses_nulls_and_other_widths():
         pgcopy.parse_rows(pgcopy.HEADER + ok_row + b"\0" + pgcopy.TRAILER, [("id", ">i8")])
     with pytest.raises(pgcopy.CopyFormatError):
         pgcopy.parse_rows(b"not a copy stream", [("id", ">i8")])
+
+
+def test_one_row_reads_the_fields_of_a_single_row_stream():
+    row = struct.pack(">hiqi", 3, 8, 42, -1) + struct.pack(">i", 3) + b"abc"
+    got = pgcopy._one_row(pgcopy.HEADER + row + pgcopy.TRAILER, 3)
+    assert int.from_bytes(got[0], "big") == 42 and got[1] is None and bytes(got[2]) == b"abc"
+    with pytest.raises(pgcopy.CopyFormatError, match="number of fields"):
+        pgcopy._one_row(pgcopy.HEADER + row + pgcopy.TRAILER, 2)
+    with pytest.raises(pgcopy.CopyFormatError, match="more than one row"):
+        pgcopy._one_row(pgcopy.HEADER + row + row + pgcopy.TRAILER, 3)
+    with pytest.raises(pgcopy.CopyFormatError):
+        pgcopy._one_row(b"not a copy stream", 3)

@@ -42,7 +42,7 @@ def test_a_modified_raw_token_does_not_open():
 
 def test_a_raw_token_does_not_open_under_another_key():
     token = sealing.seal_raw("secret", owner_id=1, attribute_id=2)
-    with override_settings(LDP_VALUE_KEY="another-key"), pytest.raises(SealBroken):
+    with override_settings(LDP_VALUE_KEYS=["another-key"]), pytest.raises(SealBroken):
         sealing.open_raw(token, owner_id=1, attribute_id=2)
 
 
@@ -103,7 +103,7 @@ def test_modified_or_rearranged_inputs_do_not_open(sealed_pair):
 
 def test_inputs_do_not_open_under_another_key(sealed_pair):
     sealed, _ = sealed_pair
-    with override_settings(LDP_VALUE_KEY="another-key"), pytest.raises(SealBroken):
+    with override_settings(LDP_VALUE_KEYS=["another-key"]), pytest.raises(SealBroken):
         sealing.open_inputs(sealed, [11, 12], [5, 5], 8)
 
 

@@ -210,7 +210,8 @@ def test_redis_stopped_during_a_purchase_neither_strands_it_nor_kills_the_worker
     assert_charged_once(attribute, buyer, purchase, price, before)
     # the worker lives on without Redis, retrying for as long as it takes (Celery's default gives up after 100
     # tries, about 50 minutes, and the worker exits), and once Redis is back it takes the next purchase
-    retrying = re.compile(r"Cannot connect to redis.*\n.*Trying again in [0-9.]+ seconds\.\.\. \(1/(\w+)\)")
+    # (one log line: its newline is written "\n" in the JSON lines of docs/operations.md#logs)
+    retrying = re.compile(r"Cannot connect to redis.*(?:\n|\\n).*Trying again in [0-9.]+ seconds\.\.\. \(1/(\w+)\)")
     tries = wait_until(lambda: retrying.search(worker.text()), 30, message=worker.log)
     assert tries.group(1) == "None", f"the worker gives up after {tries.group(1)} tries"
     assert worker.proc.poll() is None, worker.log()

@@ -365,13 +365,13 @@ def describe_existing() -> int:
 def label_counts(attribute: Attribute) -> dict[str, int] | None:
     """Values per label, opened from the sealed mechanism inputs (None if they do not open with this key)."""
     rows = list(Value.objects.filter(attribute=attribute, input_sealed__isnull=False).order_by("id")
-                .values_list("owner_id", "input_sealed"))
+                .values_list("owner_id", "input_sealed", "value_key_id"))
     if not rows:
         return {}
-    owner_ids, sealed = zip(*rows)
+    owner_ids, sealed, key_ids = zip(*rows)
     try:
         payload = sealing.open_inputs([bytes(s) for s in sealed], owner_ids, [attribute.id] * len(rows),
-                                      domain.payload_bytes(attribute))
+                                      domain.payload_bytes(attribute), key_ids)
     except sealing.SealBroken:
         return None
     inputs = domain.from_payload(attribute, payload).reshape(-1)

@@ -36,6 +36,7 @@ NOT_FROM_THE_API = {
     "ldpmarket.problems.SealBroken": "a fault (500), logged",
     "ldpmarket.problems.LockOrderViolation": "a fault (500), logged: a bug, caught in tests (accounts.locks)",
     "ldpmarket.problems.CopyFormatError": "a fault (500), logged",
+    "ldpmarket.problems.RestoreInputError": "manage.py verify_restore (exit 2)",
     "ldpmarket.api.TrailingSlashRequired": "the middleware, for paths that are no operation",
     "ldpmarket.problems.EpsilonError": "sent as invalid-input, the generic type of invalid fields",
     "ldpmarket.problems.MoneyError": "sent as invalid-input on the field amount",
