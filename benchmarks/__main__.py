@@ -23,6 +23,7 @@ BENCHMARKS: list[str] = [
     "e6_receipts",
     "e7_witnesses",
     "e8_rotation",
+    "e9_metrics",
     "paper_experiments",
     "uldp_reproduction",
     "rr3_reproduction",
