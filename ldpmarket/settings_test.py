@@ -19,6 +19,11 @@ os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
 from .settings import *  # noqa: E402,F401,F403
 
 CELERY_TASK_ALWAYS_EAGER = True
+# SQLite tests run in memory, one database per xdist worker.  Said explicitly: the engine is django-prometheus's
+# counting wrapper of sqlite3, which pytest-django does not recognise as SQLite, so it would otherwise name a file
+# "test_<path>_gw0" for each worker and fail to open it.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    DATABASES["default"]["TEST"].setdefault("NAME", ":memory:")  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Every lock taken in the suite is checked against the global lock order (accounts/locks.py).

@@ -31,8 +31,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from accounts.ledger import merkle, signing
-from accounts.ledger.leaves import log_leaf_hashes
+from accounts.ledger import signing, tiles
 from accounts.ledger.notes import latest_checkpoint, latest_size, note_of
 from accounts.locks import Lock
 from accounts.locks import take as take_lock
@@ -40,6 +39,7 @@ from accounts.models import LedgerCheckpoint, LedgerCosignature, LedgerWitness
 from ldpmarket import jobs
 from ldpmarket_client.tlog.note import NoteError, open_note, parse_note, parse_vkey
 from ldpmarket_client.tlog.policy import Member, Policy, format_policy, parse_policy
+from ldpmarket_client.tlog.tiles import TileError, TileTree
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +116,19 @@ def due_witness_ids(now: datetime | None = None) -> list[int]:
                 .order_by("name").values_list("pk", flat=True))
 
 
-def add_checkpoint_body(old_size: int, checkpoint: LedgerCheckpoint, leaf_hashes: list[bytes] | None = None) -> bytes:
-    """The body of ``POST <url>/add-checkpoint``: ``old <size>``, the consistency proof's hashes (base64), a blank
-    line and the checkpoint's signed note."""
+def log_tree(checkpoint: LedgerCheckpoint) -> TileTree:
+    """The checkpoint's tree read from the tiled log (``accounts.ledger.tiles``: full tiles stored once, partial ones
+    from them), its root checked against the checkpoint's: a consistency proof from it reads O(log n) tiles, not
+    every leaf of the log (benchmarks/e7_witnesses.py measured 3.7 s per submission at 10^5 leaves that way)."""
+    return TileTree(checkpoint.tree_size, tiles.tile, bytes.fromhex(checkpoint.root_hash))
+
+
+def add_checkpoint_body(old_size: int, checkpoint: LedgerCheckpoint, tree: TileTree | None = None) -> bytes:
+    """The body of ``POST <url>/add-checkpoint``: ``old <size>``, the RFC 6962 consistency proof from it (base64
+    hashes, from ``tree``, default ``log_tree(checkpoint)``), a blank line and the checkpoint's signed note."""
     proof: list[bytes] = []
     if 0 < old_size < checkpoint.tree_size:
-        leaves = leaf_hashes if leaf_hashes is not None else log_leaf_hashes(checkpoint.tree_size)
-        proof = merkle.consistency_proof(old_size, leaves[:checkpoint.tree_size])
+        proof = (tree or log_tree(checkpoint)).consistency_proof(old_size)
     lines = [f"old {old_size}"] + [base64.b64encode(h).decode() for h in proof]
     return ("\n".join(lines) + "\n\n" + note_of(checkpoint)).encode()
 
@@ -142,7 +148,7 @@ def witness_submit(*, witness_id: int, now: datetime | None = None, force: bool 
     if not force and witness.next_attempt_at is not None and witness.next_attempt_at > now:
         return "waiting"
     verifier = parse_vkey(witness.vkey)
-    old, leaves = witness.size, None
+    old, tree = witness.size, None
     for _ in range(RESENDS + 1):
         if old > checkpoint.tree_size:
             if latest_size() >= old:  # a checkpoint made since this one was read covers it: its own task submits it
@@ -150,9 +156,13 @@ def witness_submit(*, witness_id: int, now: datetime | None = None, force: bool 
             return _failed(witness, 409, f"the witness holds tree size {old}, larger than the log's latest checkpoint "
                                          f"({checkpoint.tree_size}): it saw another tree, or this database was "
                                          "restored from an older backup (docs/operations.md)", now)
-        if 0 < old < checkpoint.tree_size and leaves is None:
-            leaves = log_leaf_hashes(checkpoint.tree_size)
-        body = add_checkpoint_body(old, checkpoint, leaves)
+        if 0 < old < checkpoint.tree_size and tree is None:
+            try:
+                tree = log_tree(checkpoint)
+            except TileError as exc:
+                return _failed(witness, None, f"the log's own tiles do not give this checkpoint: {exc} "
+                                              "(run audit_budgets)", now)
+        body = add_checkpoint_body(old, checkpoint, tree)
         try:
             answer = requests.post(witness.url.rstrip("/") + "/add-checkpoint", data=body,
                                    timeout=settings.LDP_WITNESS_TIMEOUT_SECONDS,
