@@ -25,6 +25,7 @@ log submits each checkpoint to it as to any witness, and it cosigns only after t
 """
 from __future__ import annotations
 
+import base64
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -77,6 +78,7 @@ class Replay:
 
     def __init__(self, losses: dict[int, tuple[int, int, int]]):
         self.losses = dict(losses)  # value -> (chain after, one-shot after, entry id of its latest entry)
+        self.touched: set[int] = set()  # the values whose losses this replay changed (the state to write back)
 
     def check(self, entry_id: int, f: dict[str, int]) -> str | None:
         """The rule entry ``entry_id`` (fields ``f``, micro-epsilons) breaks, or ``None``; ``None`` also records it."""
@@ -112,6 +114,7 @@ class Replay:
                     f"{micro_text(ob)}, but {last} left chain {micro_text(before[0])} + one-shot "
                     f"{micro_text(before[1])}")
         self.losses[value] = (ca, oa, entry_id)
+        self.touched.add(value)
         return None
 
 
@@ -296,7 +299,7 @@ class Monitor:
                 conn.executemany("INSERT INTO losses (origin, value, chain, oneshot, entry) VALUES (?, ?, ?, ?, ?) "
                                  "ON CONFLICT (origin, value) DO UPDATE SET chain = excluded.chain, "
                                  "oneshot = excluded.oneshot, entry = excluded.entry",
-                                 [(self.origin, v, c, o, e) for v, (c, o, e) in replay.losses.items()])
+                                 [(self.origin, v, *replay.losses[v]) for v in sorted(replay.touched)])
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -309,6 +312,4 @@ class Monitor:
 
 
 def _b64(text: str) -> bytes:
-    import base64
-
     return base64.b64decode(text, validate=True)
