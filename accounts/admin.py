@@ -45,6 +45,7 @@ from . import roles
 from .lockout import AdminSignInForm
 from .models import BudgetAccount, LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest, TopUp, User
 from .roles import sync_staff_flag
+from .services import buyer_approve
 
 admin.site.site_header = "ldpmarket console"
 # The app list stays on the index and in the breadcrumbs: beside a change list's filters the navigation sidebar
@@ -65,38 +66,88 @@ admin.site.login_form = AdminSignInForm  # says when the sign-in lockout refused
 # Users
 # =============================================================================================
 
+class BuyerApprovalFilter(admin.SimpleListFilter):
+    """Buyers approved, or awaiting the operator's approval (docs/security.md#buyer-accounts)."""
+
+    title = "buyer approval"
+    parameter_name = "approval"
+
+    def lookups(self, request, model_admin):
+        return [("awaiting", "buyers awaiting approval"), ("approved", "approved buyers")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "awaiting":
+            return queryset.filter(role=User.Role.BUYER, buyer_approved_at__isnull=True)
+        if self.value() == "approved":
+            return queryset.filter(role=User.Role.BUYER, buyer_approved_at__isnull=False)
+        return queryset
+
+
 @admin.register(User)
 class UserAdmin(AuditMixin, DjangoUserAdmin):
     editable = True
-    list_display = ("username", "role", "organisation", "is_staff", "is_active", "is_superuser", "date_joined")
-    list_filter = ("role", "is_staff", "is_active", "is_superuser")
+    list_display = ("username", "role", "organisation", "approval", "is_staff", "is_active", "is_superuser",
+                    "date_joined")
+    list_filter = ("role", BuyerApprovalFilter, "is_staff", "is_active", "is_superuser")
     search_fields = ("username", "email", "organisation")
     fieldsets = DjangoUserAdmin.fieldsets[:1] + (
-        ("Role", {"fields": ("role", "organisation"),
+        ("Role", {"fields": ("role", "organisation", "buyer_approved_at", "buyer_approved_by"),
                   "description": "The role decides what the account may do (see the help under the field). "
                                  "Auditors and staff enter this console: “staff status” follows the role and is "
-                                 "not set by hand."}),
+                                 "not set by hand. A buyer who signed up alone buys once approved (the action "
+                                 "“Approve selected buyers”); a buyer made here is approved."}),
     ) + DjangoUserAdmin.fieldsets[1:]
     add_fieldsets = DjangoUserAdmin.add_fieldsets + (("Role", {"fields": ("role", "organisation")}),)
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
-        fields.append("is_staff")  # follows the role (accounts.roles.grant_role)
+        fields += ["is_staff", "buyer_approved_at", "buyer_approved_by"]  # follow the role and the approval
         if not roles.is_superuser(request.user):
             fields += ["is_superuser", "groups", "user_permissions"]
         return fields
 
     def save_model(self, request, obj, form, change):
         sync_staff_flag(obj)
+        # made a buyer here: approved by this operator; another role: no approval (accounts.roles)
+        roles.sync_buyer_approval(obj, approved_by=request.user, approve=not change or "role" in form.changed_data)
         super().save_model(request, obj, form, change)
 
-    actions = ["top_up_credit"]
+    @admin.display(description="approval", ordering="buyer_approved_at")
+    def approval(self, obj):
+        if not roles.is_buyer_account(obj):
+            return "-"
+        return "approved" if obj.buyer_approved_at else "awaiting"
+
+    actions = ["approve_buyers", "top_up_credit"]
 
     def get_actions(self, request):
         actions = super().get_actions(request)
         if not roles.is_staff_role(request.user):
             actions.pop("top_up_credit", None)
+            actions.pop("approve_buyers", None)
         return actions
+
+    @admin.action(description="Approve selected buyers")
+    def approve_buyers(self, request, queryset):
+        """Approve the selected buyer accounts (``accounts.services.buyer_approve``: each buyer is told by e-mail);
+        other roles are skipped.  Staff only (also checked here: an auditor's POST never approves)."""
+        if not roles.is_staff_role(request.user):
+            raise PermissionDenied
+        approved, skipped = [], []
+        for user in queryset.order_by("id"):
+            if not roles.is_buyer_account(user):
+                skipped.append(user.username)
+                continue
+            if user.buyer_approved_at is None:
+                buyer_approve(buyer=user, approved_by=request.user)
+                approved.append(user.username)
+        if approved:
+            self.message_user(request, f"Approved {len(approved)} buyer account(s): {', '.join(approved)}.",
+                              messages.SUCCESS)
+        else:
+            self.message_user(request, "No buyer account awaited approval among those selected.", messages.INFO)
+        if skipped:
+            self.message_user(request, f"Skipped, not buyers: {', '.join(skipped)}.", messages.WARNING)
 
     @admin.action(description="Top up the selected buyers' credit (with a reason)")
     def top_up_credit(self, request, queryset):

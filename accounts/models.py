@@ -41,10 +41,21 @@ class User(AbstractUser):
                   "Staff: reads everything and curates datasets, attributes and users. Auditors and staff may "
                   "sign in to this console (see docs/security.md, \"Roles\").")
     organisation = models.CharField(max_length=200, blank=True, help_text="Shown to owners for buyers' purchases.")
+    #: A buyer account may buy once the operator approved it (docs/security.md#buyer-accounts): a buyer who signed
+    #: up alone waits with both empty; ``accounts.services.buyer_approve`` sets them.  Only buyers are approved
+    #: (CHECK): another role has no approval, and changing a buyer's role clears it (``accounts.roles.grant_role``).
+    buyer_approved_at = models.DateTimeField(
+        null=True, blank=True, help_text="Buyers: when the operator approved this buyer account (empty: awaiting "
+                                         "approval, it may not buy yet).")
+    buyer_approved_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Buyers: who approved the account (empty: a command, the demo, or approved before approvals).")
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(role__in=["owner", "buyer", "auditor", "staff"]),
-                                              name="user_role_valid")]
+                                              name="user_role_valid"),
+                       models.CheckConstraint(condition=Q(buyer_approved_at__isnull=True) | Q(role="buyer"),
+                                              name="user_approval_only_buyers")]
 
     def save(self, *args, **kwargs):
         """Save; a new password (``set_password``, by any path: the portal, the admin, ``changepassword``, a
@@ -56,6 +67,19 @@ class User(AbstractUser):
             super().save(*args, **kwargs)
             if password_changed:
                 self.auth_token_set.all().delete()
+
+
+class TokenName(models.Model):
+    """The name a user gave an API token (docs/security.md#credentials-and-sign-in): a side table of knox's
+    ``AuthToken`` (its digest is the key), deleted with the token when it is revoked or cleaned up.  Tokens made by
+    ``POST /api/v1/auth/token/`` have none."""
+
+    token = models.OneToOneField("knox.AuthToken", on_delete=models.CASCADE, primary_key=True,
+                                 related_name="token_name")
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class BudgetAccount(models.Model):

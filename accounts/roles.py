@@ -36,6 +36,8 @@ Usage::
 """
 from __future__ import annotations
 
+from django.utils import timezone
+
 from ldpmarket.problems import RoleError
 
 from .models import User
@@ -56,12 +58,29 @@ def grant_role(user: User, role: str, *, save: bool = True) -> User:
         raise RoleError(f"unknown role {role!r}; choose one of {', '.join(User.Role.values)}")
     user.role = role
     sync_staff_flag(user)
+    sync_buyer_approval(user)
     if save:
         if user.pk is None:
             user.save()
         else:
-            user.save(update_fields=["role", "is_staff"])
+            user.save(update_fields=["role", "is_staff", "buyer_approved_at", "buyer_approved_by"])
     return user
+
+
+def sync_buyer_approval(user: User, *, approved_by: User | None = None, approve: bool = True) -> None:
+    """Keep the buyer approval in step with the role (docs/security.md#buyer-accounts); does not save.
+
+    An account the operator makes a buyer (``grant_role``, ``create_buyer``, the admin) is approved by that act
+    (now, by ``approved_by``) unless it already is or ``approve`` is false (the admin editing a buyer's other
+    fields); any other role has no approval (the CHECK ``user_approval_only_buyers``).  A buyer who signed up alone
+    is made by ``accounts.services.buyer_signup`` without this, and waits for ``buyer_approve``."""
+    if is_buyer_account(user):
+        if approve and user.buyer_approved_at is None:
+            user.buyer_approved_at = timezone.now()
+            user.buyer_approved_by = approved_by
+    else:
+        user.buyer_approved_at = None
+        user.buyer_approved_by = None
 
 
 def sync_staff_flag(user: User) -> None:
@@ -87,6 +106,12 @@ def is_owner(user) -> bool:
 
 def is_buyer(user) -> bool:
     return role_of(user) == User.Role.BUYER
+
+
+def is_buyer_account(user) -> bool:
+    """The account's role is buyer, active or not (what an approval is about; :func:`is_buyer` asks what a signed-in
+    user may do now)."""
+    return getattr(user, "role", None) == User.Role.BUYER
 
 
 def is_auditor(user) -> bool:
@@ -122,8 +147,16 @@ def can_read_raw_values(user) -> bool:
 
 
 def can_buy(user) -> bool:
-    """May ask for quotes and make purchases and surveys: buyers."""
+    """May ask for quotes and make purchases and surveys: buyers (a purchase or survey also needs
+    :func:`buyer_is_approved`)."""
     return is_buyer(user)
+
+
+def buyer_is_approved(user) -> bool:
+    """An active buyer whose account the operator approved (docs/security.md#buyer-accounts): only such a buyer's
+    purchases and surveys run.  A buyer awaiting approval may still read the catalog, ask for quotes and read its
+    account; everybody else is not a buyer at all (False)."""
+    return is_buyer(user) and getattr(user, "buyer_approved_at", None) is not None
 
 
 def can_list_purchases(user) -> bool:

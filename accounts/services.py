@@ -1,4 +1,5 @@
-"""Budget services: every change of a ceiling policy is one transaction with its ledger entry.
+"""Budget services: every change of a ceiling policy is one transaction with its ledger entry; and buyer accounts
+(sign-up and approval, docs/security.md#buyer-accounts).
 
 Rules (docs/budget-rules.md#budgets-and-ceilings): a ceiling may be lowered but never below the
 loss already spent; schedules only ever raise the ceiling; a paused value is
@@ -6,11 +7,17 @@ never sold.  Raising a ceiling enqueues chain extension on commit.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
+from django.conf import settings
+from django.contrib.auth.password_validation import validate_password
+from django.core import mail
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -18,10 +25,11 @@ from accounts.ledger import hashchain as ledger
 from accounts.locks import Lock
 from accounts.locks import take as take_lock
 from ldpmarket import jobs
-from ldpmarket.problems import BudgetError
+from ldpmarket.problems import BudgetError, NotABuyer, SignUpRefused
 
+from . import roles
 from .epsilon import from_micro, parse, to_micro
-from .models import BudgetAccount, LedgerEntry
+from .models import BudgetAccount, LedgerEntry, MoneyAccount, User
 from .schedule import ceiling_micro
 
 
@@ -186,3 +194,124 @@ def schedules_advance(*, now: datetime | None = None) -> int:
             jobs.enqueue(jobs.EXTEND_CHAINS, attribute_id)
     return raised
 
+
+
+# ------------------------------------------------------------------------------------------ buyer accounts
+
+log = logging.getLogger(__name__)
+
+#: Longest name and organisation a sign-up takes (the columns' sizes).
+NAME_MAX, ORGANISATION_MAX = 150, 200
+
+
+def buyer_signup(*, username: str, name: str, organisation: str, email: str, password: str) -> User:
+    """A buyer account made by the buyer (docs/security.md#buyer-accounts): role buyer, a money account with zero
+    credit, **not approved** (it may read the catalog and ask for quotes, not buy, until the operator approves it:
+    :func:`buyer_approve`).
+
+    The username and e-mail address are unique whatever their case; the password passes the password validators
+    (``AUTH_PASSWORD_VALIDATORS``, as the owner portal's sign-up).  Anything refused is one ``SignUpRefused`` naming
+    every field at fault.  Once committed, the buyer is told by e-mail that the request awaits approval, and the
+    operators (``LDP_OPERATOR_EMAILS``, else ``ADMINS``) that an account awaits theirs."""
+    username, email = (username or "").strip(), (email or "").strip()
+    name, organisation = " ".join((name or "").split()), " ".join((organisation or "").split())
+    errors: dict[str, list[str]] = {}
+
+    def check(field: str, validate) -> None:
+        try:
+            validate()
+        except ValidationError as exc:
+            errors.setdefault(field, []).extend(exc.messages)
+
+    if not username:
+        errors["username"] = ["Choose a username."]
+    elif len(username) > 150:
+        errors["username"] = ["A username has at most 150 characters."]
+    else:
+        check("username", lambda: User.username_validator(username))
+    if not email:
+        errors["email"] = ["Give an e-mail address: the approval is sent there."]
+    else:
+        check("email", lambda: validate_email(email))
+    if not name:
+        errors["name"] = ["Give your name."]
+    elif len(name) > NAME_MAX:
+        errors["name"] = [f"A name has at most {NAME_MAX} characters."]
+    if not organisation:
+        errors["organisation"] = ["Name the organisation the account buys for."]
+    elif len(organisation) > ORGANISATION_MAX:
+        errors["organisation"] = [f"An organisation's name has at most {ORGANISATION_MAX} characters."]
+    user = User(username=username, email=email, first_name=name, organisation=organisation, role=User.Role.BUYER)
+    check("password", lambda: validate_password(password or "", user))
+    if "username" not in errors and User.objects.filter(username__iexact=username).exists():
+        errors["username"] = ["This username is taken: choose another."]
+    if "email" not in errors and User.objects.filter(email__iexact=email).exists():
+        errors["email"] = ["An account with this e-mail address exists already."]
+    if errors:
+        raise SignUpRefused(errors)
+    user.set_password(password)
+    try:
+        with transaction.atomic():
+            user.save()
+            MoneyAccount.objects.create(user=user, kind=MoneyAccount.Kind.BUYER_CREDIT)
+    except IntegrityError:  # the same username signed up at the same moment
+        raise SignUpRefused({"username": ["This username is taken: choose another."]}) from None
+    transaction.on_commit(lambda: _mail_signup(user), robust=True)
+    return user
+
+
+def buyer_approve(*, buyer: User, approved_by: User | None = None, notify: bool = True) -> User:
+    """Approve ``buyer``'s account so that it may buy (docs/security.md#buyer-accounts), recording when and by whom
+    (``None``: a command or the deployment).  Idempotent: an approved buyer is returned as it is, with its first
+    approval.  A user who is not a buyer is refused (``NotABuyer``).  Once committed, the buyer is told by e-mail
+    (unless ``notify`` is false: the demo's buyer)."""
+    with transaction.atomic():
+        user = User.objects.select_for_update().get(pk=buyer.pk)
+        if not roles.is_buyer_account(user):
+            raise NotABuyer(f"{user.username} is not a buyer: only buyer accounts are approved.")
+        if user.buyer_approved_at is not None:
+            return user
+        user.buyer_approved_at = timezone.now()
+        user.buyer_approved_by = approved_by
+        user.save(update_fields=["buyer_approved_at", "buyer_approved_by"])
+        if notify:
+            transaction.on_commit(lambda: _mail_approved(user), robust=True)
+    return user
+
+
+def operator_emails() -> list[str]:
+    """Where the operators are told of new buyer accounts: ``LDP_OPERATOR_EMAILS``, else ``ADMINS``' addresses."""
+    listed = list(getattr(settings, "LDP_OPERATOR_EMAILS", None) or [])
+    return listed or [entry[1] if isinstance(entry, (tuple, list)) else entry for entry in settings.ADMINS]
+
+
+def _mail_signup(user: User) -> None:
+    mail.send_mail(
+        "Your buyer account request was received",
+        f"Hello {user.first_name or user.username},\n\n"
+        f"We received the request for a buyer account \"{user.username}\" for {user.organisation}. The operator "
+        "approves each organisation's buyer account before it can buy; we will write to you once it is approved. "
+        "Meanwhile you can sign in, browse the catalog and ask for quotes.\n",
+        None, [user.email])
+    operators = operator_emails()
+    if not operators:
+        log.warning("buyer %s (%s) awaits approval, but no operator address is set (LDP_OPERATOR_EMAILS or "
+                    "ADMINS): approve it in the admin, with approve_buyer or the staff API", user.username, user.pk)
+        return
+    mail.send_mail(
+        f"Buyer account awaiting approval: {user.username} ({user.organisation})",
+        f"A buyer account awaits your approval:\n\n  username: {user.username}\n  name: {user.first_name}\n"
+        f"  organisation: {user.organisation}\n  e-mail: {user.email}\n  id: {user.pk}\n\n"
+        f"Approve it in the admin (Users, action \"Approve selected buyers\"), with "
+        f"\"python manage.py approve_buyer {user.username}\", or with POST /api/v1/staff/buyers/{user.pk}/approve/.\n",
+        None, operators)
+
+
+def _mail_approved(user: User) -> None:
+    if not user.email:
+        return
+    mail.send_mail(
+        "Your buyer account is approved",
+        f"Hello {user.first_name or user.username},\n\nThe buyer account \"{user.username}\" for "
+        f"{user.organisation or 'your organisation'} is approved: you can buy now.\n",
+        None, [user.email])

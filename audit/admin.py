@@ -12,6 +12,8 @@ The models stay in ``accounts`` (their admin URLs and permissions keep the ``acc
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import StreamingHttpResponse
@@ -20,7 +22,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from accounts.console import IdFilter, ReadOnlyAdmin, ReadOnlyInline, admin_link, id_filter, plain_epsilon
+from accounts.console import IdFilter, ReadOnlyAdmin, ReadOnlyInline, admin_link, id_filter, money_text, plain_epsilon
 from accounts.models import (
     LedgerBlock,
     LedgerCheckpoint,
@@ -162,6 +164,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     def overview_view(self, request):
         context = self._context(request, "Overview")
         ov = overview()
+        ov = replace(ov, stats={**ov.stats, "revenue": money_text(ov.stats["revenue"])})  # "15.04 EUR"
         return TemplateResponse(request, "admin/ldp/overview.html", {
             **context, "overview": ov, "loss_plot": data_uri(ov.loss_png), "sales_plot": data_uri(ov.sales_png)})
 

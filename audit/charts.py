@@ -53,7 +53,10 @@ def privacy_plot_png(report) -> bytes | None:
     for k, a in enumerate(audited):
         ax = fig.add_subplot(rows, cols, k + 1)
         eps = np.array([lv.epsilon for lv in a.levels])
-        dense = np.linspace(eps.min(), eps.max(), 200) if eps.size > 1 else eps
+        # the epsilon axis from 0 (where the bound is 1 - 1/m) past the largest audited epsilon: one level is a
+        # point on a readable axis, not alone on an axis a hundredth wide
+        right = float(eps.max()) * 1.1 if eps.size > 1 else float(eps.max()) * 2
+        dense = np.linspace(0.0, right, 200)
         ax.plot(dense, bayes_error_bound(dense, a.m) * np.ones_like(dense), "k-", lw=1.5,
                 label="Bound 1 - E/(E+m-1)")
         for name in ATTACKERS:
@@ -67,7 +70,8 @@ def privacy_plot_png(report) -> bytes | None:
                      color="red" if a.leak else "black")
         ax.set_xlabel("epsilon")
         ax.set_ylabel("error rate")
-        ax.set_ylim(bottom=0)
+        ax.set_xlim(0, right)
+        ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
         ax.grid(alpha=0.3)
         if k == 0:
             ax.legend(fontsize=7)

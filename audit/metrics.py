@@ -24,6 +24,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from accounts.models import BudgetAccount, LedgerBlock, LedgerCheckpointLeaf, LedgerWitness
+from accounts.money.units import money_total
 from ldpmarket import storage
 from market.models import Attribute, ChainBlock, Purchase, Value
 
@@ -40,7 +41,7 @@ def purchases_by_status() -> dict[tuple[str, str], dict]:
         count=Count("id"), included=Sum("included"), price=Sum("price"))
     for r in rows:
         out[(r["status"], r["mechanism"])] = {"count": r["count"], "included": r["included"] or 0,
-                                              "price": r["price"] or 0}
+                                              "price": money_total(r["price"])}
     return out
 
 

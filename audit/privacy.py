@@ -79,6 +79,13 @@ class AttributeAudit:
     def status(self) -> str:
         return "FAIL" if not self.ok else "SKIPPED" if self.skipped else "PASS"
 
+    def steps_table(self) -> list[dict]:
+        """The owner-held chains' stay tests as shown by ``as_text`` and the console's page (one table, the same
+        cells): epsilons, chains, stays, their share, the law's share, the p-value, and ``flag``."""
+        return [{"eps_from": t["eps_from"], "eps_to": t["eps_to"], "n": str(t["n"]), "stayed": str(t["stayed"]),
+                 "share": f"{t['stayed'] / t['n']:.4f}", "expected": f"{t['expected']:.4f}",
+                 "p_value": f"{t['p_value']:.2g}", "flag": t["flag"]} for t in self.steps]
+
     @property
     def domain(self) -> str:
         """``m`` in words: what the attackers guess among."""
@@ -132,9 +139,9 @@ class PrivacyAuditReport:
             if a.steps:
                 lines.append(f"    owner-held chains ({a.owner_held}): share of outputs that stay the same between "
                              "two points, against the law ('!': not random)")
-                for t in a.steps:
-                    lines.append(f"    {t['eps_from']:>9} -> {t['eps_to']:<9} n {t['n']:6d}  stayed "
-                                 f"{t['stayed'] / t['n']:.4f}  law {t['expected']:.4f}  p {t['p_value']:.2g}"
+                for t in a.steps_table():
+                    lines.append(f"    {t['eps_from']:>9} -> {t['eps_to']:<9} n {t['n']:>6}  stayed {t['share']}  "
+                                 f"law {t['expected']}  p {t['p_value']}"
                                  f"{' !' if t['flag'] else ''}")
             lines.append("")
         audited = sum(not a.skipped for a in self.attributes)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 import numpy as np
-from django.conf import settings
 
 from accounts.epsilon import from_micro
 from accounts.ledger import hashchain as ledger
-from accounts.money.units import UNITS as MONEY_UNITS
+from accounts.money.format import format_money
+from accounts.money.units import units_to_decimal
 
 from .codes import GUARANTEES, MECHANISMS, STATUSES
 
@@ -112,8 +111,8 @@ def eps_text(v: int) -> str:
 
 
 def money_text(v: int) -> str:
-    """An amount in ten-thousandths, with the currency (docs/money.md)."""
-    return f"{(Decimal(int(v)) / MONEY_UNITS).quantize(Decimal('0.0001'))} {settings.LDP_CURRENCY}"
+    """An amount in ten-thousandths as people read it, with the currency (docs/money.md#how-amounts-are-shown)."""
+    return format_money(units_to_decimal(int(v)))
 
 
 def status_text(code: int) -> str:

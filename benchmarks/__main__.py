@@ -29,6 +29,7 @@ BENCHMARKS: list[str] = [
     "rr3_reproduction",
     "private_sampling_reproduction",
     "surveys_reproduction",
+    "consistency_estimates",
 ]
 
 

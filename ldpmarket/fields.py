@@ -173,7 +173,9 @@ class WhenField(forms.Field):
         try:
             return parse_when(str(value))
         except ValueError as exc:
-            raise ValidationError(str(exc)) from None
+            # the message quotes the input, which may hold "%": passed as a parameter, never as the format
+            # (django-filter formats each message with its params)
+            raise ValidationError("%(reason)s", params={"reason": str(exc)}) from None
 
 
 class WhenFilter(django_filters.Filter):

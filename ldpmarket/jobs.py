@@ -10,6 +10,8 @@ gets the same message ``task.delay`` would send.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from celery import signature
 from django.db import transaction
@@ -22,6 +24,7 @@ EXTEND_CHAINS = "market.tasks.extend_chains"
 RUN_PURCHASE = "market.tasks.run_purchase"
 SETTLE_EARNINGS = "market.tasks.settle_earnings"
 SUBMIT_CHECKPOINT = "market.tasks.submit_checkpoint"
+MAKE_CHECKPOINT = "market.tasks.make_ledger_checkpoint"
 
 
 def enqueue(task_name: str, *args) -> None:
@@ -39,3 +42,52 @@ def enqueue(task_name: str, *args) -> None:
                          task_name, args, exc)
 
     transaction.on_commit(send)
+
+
+#: The tasks held back by :func:`coalesced` (``None``: outside such a block, tasks are sent on commit).
+_held: ContextVar[set | None] = ContextVar("ldp_jobs_held", default=None)
+
+
+def enqueue_once(task_name: str, *args) -> None:
+    """:func:`enqueue`, coalesced: a transaction that asks for the same task with the same arguments several times
+    sends it once, on commit; inside :func:`coalesced`, once at the end of the block, however many transactions
+    asked.  A task run in-process (``CELERY_TASK_ALWAYS_EAGER``) that fails is logged, never raised: the transaction
+    that asked for it has committed, and its request must not fail for it."""
+    connection = transaction.get_connection()
+    key = (task_name, args)
+    if connection.in_atomic_block and any(getattr(entry[1], "ldp_task", None) == key
+                                          for entry in connection.run_on_commit):
+        return
+
+    def send():
+        held = _held.get()
+        if held is not None:
+            held.add(key)
+            return
+        _send_logged(task_name, args)
+
+    send.ldp_task = key
+    transaction.on_commit(send)
+
+
+def _send_logged(task_name: str, args: tuple) -> None:
+    try:
+        signature(task_name, args=args).delay()
+    except (BrokerError, ConnectionError, OSError) as exc:
+        logger.error("could not send %s%r to the broker (%s); the sweeper sends it again later", task_name, args, exc)
+    except Exception:  # an eager task's own failure (the broker's are above)
+        logger.exception("%s%r failed in-process", task_name, args)
+
+
+@contextmanager
+def coalesced():
+    """A burst of transactions (a command loading many rows, ...): each task :func:`enqueue_once` asked for while
+    the block ran is sent once, when it ends (even if it raised: what committed stays committed)."""
+    token = _held.set(set())
+    try:
+        yield
+    finally:
+        held = _held.get()
+        _held.reset(token)
+        for task_name, args in sorted(held, key=repr):
+            _send_logged(task_name, args)

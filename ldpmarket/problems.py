@@ -109,6 +109,66 @@ class RoleError(DomainError, ValueError):
     title = "Unknown role"
 
 
+# ------------------------------------------------------------------ Buyer accounts (accounts.services)
+
+
+class BuyerNotApproved(DomainError, PermissionError):
+    """A buyer whose account the operator has not approved yet asked for a purchase or a survey
+    (docs/security.md#buyer-accounts); nothing was claimed or charged.  Quotes, the catalog and the account stay
+    open to it."""
+
+    status = 403
+    slug = "buyer-not-approved"
+    title = "Buyer account awaiting approval"
+
+
+class SignUpRefused(DomainError, ValueError):
+    """A buyer sign-up the rules refuse (a username or e-mail address already used, a weak password); ``errors``
+    names the fields (``username``, ``email``, ``password``, ``name``, ``organisation``)."""
+
+    status = 400
+    slug = "signup-refused"
+    title = "Sign-up refused"
+
+    def __init__(self, fields: dict[str, list[str]] | str):
+        if isinstance(fields, str):  # a message about no field in particular
+            fields = {"non_field_errors": [fields]}
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in fields.items()))
+        self.fields = fields
+
+    @property
+    def errors(self) -> dict[str, list[str]]:
+        return self.fields
+
+
+# ---------------------------------------------------------------------- API tokens (accounts.tokens)
+
+
+class TokenRefused(DomainError, ValueError):
+    """A named API token that cannot be made: no name, a name too long, or an expiry outside 1 hour to the
+    maximum (docs/security.md#credentials-and-sign-in); ``field`` names the culprit."""
+
+    status = 400
+    slug = "token-refused"
+    title = "API token refused"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+    @property
+    def errors(self) -> dict[str, list[str]] | None:
+        return {self.field: [str(self)]} if self.field else None
+
+
+class NoSuchToken(DomainError, LookupError):
+    """No API token of this user starts with the given characters (revoked already, or another user's)."""
+
+    status = 404
+    slug = "no-such-token"
+    title = "No such API token"
+
+
 # ------------------------------------------------------------------------- Budgets (accounts.services)
 
 
@@ -351,6 +411,15 @@ class TooFewRespondents(PurchaseError):
     status = 400
     slug = "too-few-respondents"
     title = "Too few respondents"
+
+
+class EstimateMethodUnavailable(PurchaseError):
+    """``?method=norm_sub|ibu`` on a purchase whose estimate has no frequencies to make consistent (LPP's graph,
+    private samples, surveys): docs/mechanisms-reference.md#consistent-estimates."""
+
+    status = 400
+    slug = "estimate-method-unavailable"
+    title = "Estimate method not offered for this purchase"
 
 
 # ---------------------------------------------------------------------------- Quotes (market.values.services)

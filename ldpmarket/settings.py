@@ -135,6 +135,7 @@ INSTALLED_APPS = [
     "accounts",
     "market",
     "portal",
+    "buyer_portal",
     "audit",
 ]
 
@@ -204,6 +205,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Dates as the portal shows them, with their zone: "27 Nov 2026, 22:47 (UTC)" (ldpmarket/formats/en/formats.py)
+FORMAT_MODULE_PATH = ["ldpmarket.formats"]
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 LOGIN_URL = "/portal/login/"
@@ -236,11 +239,34 @@ LDP_CURRENCY = env("LDP_CURRENCY", default="EUR").strip().upper()
 if not (len(LDP_CURRENCY) == 3 and LDP_CURRENCY.isascii() and LDP_CURRENCY.isalpha()):
     raise environ.ImproperlyConfigured("LDP_CURRENCY must be an ISO 4217 code such as EUR or USD (docs/money.md).")
 LDP_TOKEN_TTL_HOURS = env.int("LDP_TOKEN_TTL_HOURS", default=24)
+# Named tokens (the buyer's token page, accounts.tokens.token_create): the longest expiry a user may choose, in hours
+# (default 90 days); never shorter than LDP_TOKEN_TTL_HOURS.
+LDP_TOKEN_MAX_HOURS = max(env.int("LDP_TOKEN_MAX_HOURS", default=90 * 24), LDP_TOKEN_TTL_HOURS)
 REST_KNOX = {
     "TOKEN_TTL": timedelta(hours=LDP_TOKEN_TTL_HOURS),
     "AUTH_HEADER_PREFIX": "Token",
     "AUTO_REFRESH": False,
 }
+
+# E-mail (docs/operations.md#e-mail): buyer sign-ups and approvals are told by e-mail.  EMAIL_URL (django-environ:
+# smtp://user:password@host:587, smtp+tls://..., smtps://..., consolemail://) or EMAIL_BACKEND, EMAIL_HOST, EMAIL_PORT,
+# EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL.  Under DEBUG (make run) the default prints each
+# e-mail on the console; otherwise SMTP to localhost:25.  LDP_OPERATOR_EMAILS: where new buyer accounts are announced.
+if env("EMAIL_URL", default=""):
+    globals().update(env.email_url("EMAIL_URL"))
+else:
+    EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend" if DEBUG
+                        else "django.core.mail.backends.smtp.EmailBackend")
+    EMAIL_HOST = env("EMAIL_HOST", default="localhost")
+    EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+    EMAIL_HOST_USER = env("EMAIL_HOST_USER", default="")
+    EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", default="")
+    EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+    EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="ldpmarket <noreply@localhost>")
+SERVER_EMAIL = env("SERVER_EMAIL", default=DEFAULT_FROM_EMAIL)
+LDP_OPERATOR_EMAILS = env.list("LDP_OPERATOR_EMAILS", default=[])
 
 # Redis: Celery broker and the cache. Without it, tasks run in-process (eager) and the cache is local memory.
 REDIS_URL = env("REDIS_URL", default="")
@@ -294,6 +320,10 @@ LDP_CHECKPOINT_INTERVAL_SECONDS = env.float("LDP_CHECKPOINT_INTERVAL_SECONDS", d
 # At most this many ledger entries' blocks get their entry trees (docs/receipts.md) in one checkpoint (always at
 # least one block); the checkpoint task enqueues the next one while blocks remain.
 LDP_CHECKPOINT_MAX_ENTRIES = env.int("LDP_CHECKPOINT_MAX_ENTRIES", default=2_000_000)
+# The embedded set-up (Celery eager, no beat: make run) makes a checkpoint once each transaction that wrote ledger
+# entries commits (accounts.ledger.hashchain.append; docs/operations.md#checkpoints-in-the-embedded-set-up), so a
+# purchase is in a checkpoint at once; with a broker, beat makes them (the default is off there).
+LDP_CHECKPOINT_ON_COMMIT = env.bool("LDP_CHECKPOINT_ON_COMMIT", default=CELERY_TASK_ALWAYS_EAGER)
 CELERY_BEAT_SCHEDULE["ledger-checkpoint"] = {
     "task": "market.tasks.make_ledger_checkpoint",
     "schedule": LDP_CHECKPOINT_INTERVAL_SECONDS,

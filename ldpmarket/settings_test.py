@@ -19,6 +19,9 @@ os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
 from .settings import *  # noqa: E402,F401,F403
 
 CELERY_TASK_ALWAYS_EAGER = True
+# Checkpoints are made where a test makes them (the embedded set-up's checkpoint on commit is tested on its own:
+# tests/market/api/test_checkpoint_on_commit.py).
+LDP_CHECKPOINT_ON_COMMIT = False
 # SQLite tests run in memory, one database per xdist worker.  Said explicitly: the engine is django-prometheus's
 # counting wrapper of sqlite3, which pytest-django does not recognise as SQLite, so it would otherwise name a file
 # "test_<path>_gw0" for each worker and fail to open it.

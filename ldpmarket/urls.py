@@ -3,11 +3,13 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 from . import health
+from .favicon import favicon
 from .landing import LandingView
 
 urlpatterns = [
     path("", LandingView.as_view(), name="landing"),
     path("admin/", admin.site.urls),
+    path("favicon.ico", favicon, name="favicon"),
     path("health/", health.live, name="health"),
     path("health/ready/", health.ready, name="health-ready"),
     path("api/v1/", include("market.api.urls", namespace="api")),
@@ -20,6 +22,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="api_docs/redoc.html"),
          name="api-redoc"),
     path("portal/", include("portal.urls")),
+    path("buyer/", include("buyer_portal.urls")),
     path("api/v1/audit/", include("audit.api")),
     # the checkpoint log as a C2SP tiled log (public, static-like): accounts/ledger/log_http.py
     path("log/", include("accounts.ledger.log_http")),

@@ -113,13 +113,16 @@ class RawPresentFilter(admin.SimpleListFilter):
     parameter_name = "raw"
 
     def lookups(self, request, model_admin):
-        return [("present", "present"), ("deleted", "deleted by its owner")]
+        return [("present", "present"), ("deleted", "deleted by its owner"),
+                ("owner", "on its owner's device (never received)")]
 
     def queryset(self, request, queryset):
         if self.value() == "present":
-            return queryset.filter(raw_deleted_at__isnull=True)
+            return queryset.filter(custody=Value.Custody.SERVICE, raw_deleted_at__isnull=True)
         if self.value() == "deleted":
             return queryset.filter(raw_deleted_at__isnull=False)
+        if self.value() == "owner":
+            return queryset.filter(custody=Value.Custody.OWNER)
         return queryset
 
 
@@ -131,8 +134,8 @@ class ValueAdmin(ReadOnlyAdmin):
     search_users = ("owner",)
     search_help_text = "A value id, or an owner's username."
     ordering = ("-id",)
-    fields = ("id", "owner", "attribute", "cohort", "created_at", "raw_present", "raw_deleted_at", "withdrawn_at",
-              "budget_link", "chain_link")
+    fields = ("id", "owner", "attribute", "cohort", "custody", "created_at", "raw_present", "raw_deleted_at",
+              "withdrawn_at", "budget_link", "chain_link")
     readonly_fields = ("id", "raw_present", "budget_link", "chain_link")
 
     def get_queryset(self, request):
@@ -142,7 +145,8 @@ class ValueAdmin(ReadOnlyAdmin):
 
     @admin.display(description="raw datum", boolean=True)
     def raw_present(self, obj):
-        return obj.raw_deleted_at is None
+        """Whether the service holds the raw datum: not deleted, and not owner-held (docs/custody.md)."""
+        return obj.custody == Value.Custody.SERVICE and obj.raw_deleted_at is None
 
     @admin.display(description="withdrawn", boolean=True)
     def withdrawn(self, obj):
@@ -177,10 +181,12 @@ class ValueAdmin(ReadOnlyAdmin):
             extra.update(self._steps(request, pk))
         if roles.can_read_raw_values(request.user) and pk is not None:
             row = Value.objects.filter(id=pk).values_list("raw_sealed", "owner_id", "attribute_id",
-                                                          "value_key_id").first()
+                                                          "value_key_id", "custody").first()
             if row is not None:
                 extra["raw_value_shown"] = True
-                if row[0] is None:
+                if row[4] == Value.Custody.OWNER:
+                    extra["raw_value"] = "(on its owner's device: the service never received it)"
+                elif row[0] is None:
                     extra["raw_value"] = "(deleted by its owner)"
                 else:
                     try:

@@ -42,7 +42,8 @@ from market.values import sealing
 from market.values.inputs import PredictedError
 from mechanisms import estimators
 
-from .models import Attribute, Purchase, PurchaseChunk
+from .models import Attribute, ChainBlock, Purchase, PurchaseChunk
+from .models import Value as StoredValue
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +66,14 @@ def grid_points(attribute: Attribute) -> np.ndarray:
 def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
     """``{attribute id: [(epsilon, values available at it), ...]}`` at each attribute's grid points.
 
-    A value is available at e when a purchase at e would include it: not
-    paused or withdrawn, ``e + oneshot_loss <= ceiling``, and, when its raw
-    datum was deleted (no extension possible), ``e <= head``.  For one-shot
-    attributes (e: the charged epsilon) ``e + chain_loss + oneshot_loss <=
-    ceiling`` and the raw value present.  One grouped
-    query for all the attributes; the counts per distinct limit are summed in numpy.
+    A value is available at e when a purchase at e would include it, by the rule of
+    ``market.purchases.eligibility.candidates`` and ``quote``: not paused or withdrawn, ``e + oneshot_loss <=
+    ceiling``, and, when the service holds no input for it (its raw datum deleted, or held on its owner's device,
+    docs/custody.md#purchases), ``e <= head``: above its chain's head it is left out as ``no_raw`` or
+    ``awaiting_owner``.  For one-shot attributes (e: the charged epsilon) ``e + chain_loss + oneshot_loss <=
+    ceiling`` and the raw value present.  One grouped query counts the values per limit for all the attributes;
+    one more reads the values without an input (their heads are in their blocks' ``heads``, read below), and the
+    counts per distinct limit are summed in numpy.
     """
     attributes = list(attributes)
     if not attributes:
@@ -79,36 +82,54 @@ def ceiling_histograms(attributes) -> dict[int, list[tuple[Decimal, int]]]:
     headroom = ExpressionWrapper(micro("ceiling") - micro("oneshot_loss"), output_field=big)
     oneshot = ~Q(value__attribute__mechanism=Attribute.Mechanism.GRADUAL_RR)
     deleted = Q(value__raw_deleted_at__isnull=False)
+    no_input = deleted | Q(value__custody=StoredValue.Custody.OWNER)  # the service cannot grow the chain
     # One-shot attributes: e + chain_loss + oneshot_loss <= ceiling, and never without the raw value.  Chain
-    # values without their raw value: also e <= head (their heads are in their blocks: read below, few).
+    # values without an input: also e <= head (their heads are in their blocks: read below).
     limit = Case(When(oneshot & deleted, then=Value(-1, output_field=big)),
                  When(oneshot, then=ExpressionWrapper(headroom - micro("chain_loss"), output_field=big)),
                  default=headroom, output_field=big)
     active = (BudgetAccount.objects
               .filter(value__attribute__in=[a.id for a in attributes], paused=False, value__withdrawn_at__isnull=True))
-    rows = (active.exclude(~oneshot & deleted).annotate(limit=limit).values("value__attribute_id", "limit")
+    rows = (active.exclude(~oneshot & no_input).annotate(limit=limit).values("value__attribute_id", "limit")
             .annotate(n=Count("value_id")).order_by())
-    by_attribute: dict[int, list[tuple[int, int]]] = {}
-    for row in rows:
-        by_attribute.setdefault(row["value__attribute_id"], []).append((int(row["limit"]), int(row["n"])))
-    frozen = list(active.filter(~oneshot & deleted).annotate(limit=headroom)
+    pairs = [(int(row["value__attribute_id"]), int(row["limit"]), int(row["n"])) for row in rows]
+    attribute_ids = np.array([p[0] for p in pairs], dtype=np.int64)
+    limits = np.array([p[1] for p in pairs], dtype=np.int64)
+    counts = np.array([p[2] for p in pairs], dtype=np.int64)
+    frozen = list(active.filter(~oneshot & no_input).annotate(limit=headroom)
                   .values_list("value__attribute_id", "limit", "value__block_id", "value__slot"))
     if frozen:
-        a, lim, b, k = (np.array(c, dtype=np.int64) for c in zip(*frozen))
-        lim = np.minimum(lim, store.heads_of(store.read(b), b, k))
-        for attribute_id, value_limit in zip(a.tolist(), lim.tolist()):
-            by_attribute.setdefault(attribute_id, []).append((value_limit, 1))
+        a, lim, b, k = (np.array([-1 if x is None else x for x in c], dtype=np.int64) for c in zip(*frozen))
+        lim = np.minimum(lim, _heads(b, k))  # a value with no chain yet (no block, or head 0) is available nowhere
+        attribute_ids = np.concatenate([attribute_ids, a])
+        limits = np.concatenate([limits, lim])
+        counts = np.concatenate([counts, np.ones(a.size, dtype=np.int64)])
     out = {}
     for attribute in attributes:
         points = grid_points(attribute)
-        pairs = by_attribute.get(attribute.id, [])
-        limits = np.array([p[0] for p in pairs], dtype=np.int64)
-        counts = np.array([p[1] for p in pairs], dtype=np.int64)
-        order = np.argsort(limits)
-        limits, tail = limits[order], np.concatenate([np.cumsum(counts[order][::-1])[::-1], [0]])
-        available = tail[np.searchsorted(limits, points, side="left")]
+        mine = attribute_ids == attribute.id
+        order = np.argsort(limits[mine], kind="stable")
+        lims, tail = limits[mine][order], np.concatenate([np.cumsum(counts[mine][order][::-1])[::-1], [0]])
+        available = tail[np.searchsorted(lims, points, side="left")]
         out[attribute.id] = [(from_micro(int(e)), int(a)) for e, a in zip(points.tolist(), available.tolist())]
     return out
+
+
+def _heads(block_ids: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Each (block, slot)'s chain head in micro-epsilons (0: no chain, or no block), from the blocks' ``heads``
+    alone (docs/architecture.md#chains-in-blocks): one query, no chain point read, placed by numpy."""
+    heads = np.zeros(block_ids.size, dtype=np.int64)
+    has = block_ids >= 0
+    ids = np.unique(block_ids[has])
+    if ids.size == 0:
+        return heads
+    rows = sorted(ChainBlock.objects.filter(id__in=ids.tolist()).values_list("id", "heads"))
+    found = np.array([r[0] for r in rows], dtype=np.int64)
+    every = np.concatenate([np.frombuffer(bytes(r[1]), dtype=store.HEAD).astype(np.int64) for r in rows])
+    offsets = np.concatenate([[0], np.cumsum([len(r[1]) // store.HEAD.itemsize for r in rows])[:-1]]).astype(np.int64)
+    at = np.searchsorted(found, block_ids[has])
+    heads[has] = every[offsets[at] + slots[has]]
+    return heads
 
 
 #: Buckets of the catalog's default (summary) histogram; ``?histogram=full`` gives every bucket.

@@ -104,6 +104,20 @@ def support_counts(seeds, buckets, m: int, g: int) -> np.ndarray:
     return counts
 
 
+def support_matrix(seeds, buckets, m: int, g: int) -> np.ndarray:
+    """(n, m) booleans: report ``i`` supports ``v`` when its hash of ``v`` is its bucket (blocks of reports)."""
+    m = _check_domain(m)
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    y = np.asarray(buckets, dtype=np.int64)
+    out = np.empty((seeds.shape[0], m), dtype=bool)
+    domain = np.arange(m, dtype=np.uint64)
+    rows = max(1, BLOCK_CELLS // m)
+    for start in range(0, seeds.shape[0], rows):
+        sl = slice(start, start + rows)
+        out[sl] = hash_values(seeds[sl, None], domain[None, :], g) == y[sl, None]
+    return out
+
+
 def olh_estimate(seeds, buckets, eps, m) -> np.ndarray:
     """Unbiased frequency of each of the ``m`` values from OLH reports: ``(C_v / n - q') / (p - q')``."""
     n = np.asarray(buckets).shape[0]

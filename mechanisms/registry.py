@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import estimators, olh, oue, private_sampling, rr3, surveys, uldp
+from . import consistency, estimators, olh, oue, private_sampling, rr3, surveys, uldp
 from .release_stats import SIMPLEX3, Z95, PredictedError, Shape, em_matrix, frequencies, per_label
 
 CHAIN, ONESHOT, SURVEY = "chain", "oneshot", "survey"
@@ -129,6 +129,8 @@ class Mechanism:
     * ``draw(shape, inputs, tags, charged, params, rng)``: (n, width) int64 outputs, one vectorized call;
     * ``predict(shape, charged, params, n)``: a :class:`PredictedError` (or ``None``: no closed form);
     * ``estimate(shape, outputs, charged, params)``: the estimate's fields (frequencies, graph...);
+    * ``likelihood(shape, outputs, charged, params)``: ``(likelihood, weights)`` of the reports under the exact
+      law, for IBU (``mechanisms.consistency``), where the estimate leaves its maximum-likelihood column empty;
     * surveys: ``design(epsilon, params, N)`` -> ``(design, charged)``, ``run(design, params, x, rng)`` -> the
       aggregate, ``variance(epsilon, params, n, pi)``.
     """
@@ -152,6 +154,7 @@ class Mechanism:
     draw: Callable | None = None
     predict: Callable | None = None
     estimate: Callable | None = None
+    likelihood: Callable | None = None
     design: Callable | None = None
     run: Callable | None = None
     variance: Callable | None = None
@@ -643,10 +646,25 @@ def _frequency_predict(variance) -> Callable:
 
 def _frequency_estimate(shape: Shape, p_hat: np.ndarray, variance, charged, n: int) -> dict:
     """Unbiased frequencies with standard errors at the estimate clipped to [0, 1], and their projection on the
-    simplex (no EM for these oracles: the projection is also given as the maximum-likelihood column)."""
+    simplex; the maximum-likelihood column is left empty (IBU over every report costs reports x values: it is
+    computed when asked for, from the ``likelihood`` hook)."""
     se = np.sqrt(np.maximum(variance(charged, n, np.clip(p_hat, 0.0, 1.0)), 0.0))
-    projected = estimators.project_simplex(p_hat)
-    return {"frequencies": frequencies(shape.labels, p_hat, se, projected)}
+    return {"frequencies": frequencies(shape.labels, p_hat, se, None)}
+
+
+def _oue_likelihood(shape: Shape, outputs: np.ndarray, charged, params: dict):
+    """OUE's exact law for IBU: ``p = 1/2`` on the report's value's bit, the realised ``q`` elsewhere."""
+    p, q = oue.probabilities(charged)
+    return consistency.unary_likelihood(outputs, p, q)
+
+
+def _olh_likelihood(shape: Shape, outputs: np.ndarray, charged, params: dict):
+    """OLH's exact law for IBU: the realised keep probability ``p`` on the values hashing to the report's
+    bucket, ``(1 - p)/(g - 1)`` on the others."""
+    seeds, buckets = olh_unpack(outputs)
+    g = olh.olh_g(charged)
+    p, _ = olh.probabilities(charged)
+    return consistency.support_likelihood(olh.support_matrix(seeds, buckets, shape.m, g), p, (1 - p) / (g - 1))
 
 
 def _oue_honour(shape: Shape, charged, params: dict) -> None:
@@ -665,7 +683,8 @@ OUE = Mechanism(
     draw=lambda shape, x, tags, charged, params, rng: oue.oue_perturb(x, charged, shape.m, rng).astype(np.int64),
     predict=_frequency_predict(oue.oue_variance),
     estimate=lambda shape, outputs, charged, params: _frequency_estimate(
-        shape, oue.oue_estimate(outputs, charged), oue.oue_variance, charged, outputs.shape[0]))
+        shape, oue.oue_estimate(outputs, charged), oue.oue_variance, charged, outputs.shape[0]),
+    likelihood=_oue_likelihood)
 
 #: An OLH output is stored as five 16-bit words: the seed ``a 2^32 + b`` (four words, low first) and the bucket.
 OLH_WIDTH = 5
@@ -723,7 +742,7 @@ OLH = Mechanism(
                     "questions with many possible answers.",
     forms=(Form(("epsilon",), "the olh mechanism takes only epsilon"),),
     width=lambda shape: OLH_WIDTH, format_outputs=_olh_format, honour=_olh_honour, draw=_olh_draw,
-    predict=_frequency_predict(olh.olh_variance), estimate=_olh_estimate)
+    predict=_frequency_predict(olh.olh_variance), estimate=_olh_estimate, likelihood=_olh_likelihood)
 
 
 # ============================================================================================ the table

@@ -81,11 +81,13 @@ def per_label(labels, se, worst) -> list[dict]:
 
 def frequencies(labels, p_hat, se, ml) -> list[dict]:
     """An estimate's rows: each label's unbiased estimate, its standard error and 95% interval, its projection
-    on the simplex and the maximum-likelihood estimate."""
+    on the simplex (Norm-Sub) and the maximum-likelihood estimate (``ml=None``: not computed, e.g. OUE and OLH's
+    IBU, which is computed when asked for: docs/mechanisms-reference.md#consistent-estimates)."""
     projected = estimators.project_simplex(p_hat)
     return [{"label": label, "estimate": float(p_hat[i]), "standard_error": float(se[i]),
              "ci95_low": float(p_hat[i] - Z95 * se[i]), "ci95_high": float(p_hat[i] + Z95 * se[i]),
-             "projected": float(projected[i]), "maximum_likelihood": float(ml[i])} for i, label in enumerate(labels)]
+             "projected": float(projected[i]), "maximum_likelihood": None if ml is None else float(ml[i])}
+            for i, label in enumerate(labels)]
 
 
 def em_matrix(counts: np.ndarray, P: np.ndarray, *, tol: float = 1e-10, max_iter: int = 5000) -> np.ndarray:

@@ -29,6 +29,9 @@ from accounts.models import LedgerEntry
 from accounts.schedule import ceiling_micro
 
 MIN_SPAN = timedelta(hours=1)
+#: The ledger entries drawn as a release dot (docs/custody.md: an ``owner_upload`` carries an epsilon, the upload
+#: level, but releases nothing and changes no loss).
+RELEASE_KINDS = (LedgerEntry.Kind.CHAIN_RELEASE, LedgerEntry.Kind.ONESHOT_RELEASE)
 MAX_STEP_POINTS = 400
 
 
@@ -240,7 +243,7 @@ def ceiling_loss_svg(events, *, now: datetime | None = None, uid: str = "chart",
     if loss:
         parts.append(f'<path class="loss" d="{f.path(loss)}"/>')
     for e in events:
-        if e.epsilon is not None:
+        if e.kind in RELEASE_KINDS:  # not an owner's upload (it has an epsilon too, but releases nothing)
             how = " (one-shot)" if e.kind == LedgerEntry.Kind.ONESHOT_RELEASE else ""
             label = f"Released at ε {_eps(e.epsilon)}{how} on {timezone.localtime(e.at):%d %b %Y %H:%M}"
             parts.append(f'<circle class="release" cx="{f.x(e.at)}" cy="{f.y(e.loss)}" r="3.5">'

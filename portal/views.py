@@ -172,8 +172,10 @@ def value_detail(request, value_id: int):
 
 def _explanations(attribute) -> dict:
     """What the contribute and value pages say about how a value of ``attribute`` is sold and what it costs."""
+    plain, technical = owner_rows.mechanism_name_parts(attribute.mechanism)
     return {
         "mechanism_name": owner_rows.mechanism_name(attribute.mechanism),
+        "mechanism_plain": plain, "mechanism_technical": technical,
         "mechanism_explained": owner_rows.MECHANISM_EXPLAINED.get(attribute.mechanism, ""),
         "cost_explained": owner_rows.ONESHOT_COST if attribute.is_oneshot else owner_rows.CHAIN_COST,
         "survey_note": owner_rows.SURVEY_NOTE if attribute.kind == attribute.Kind.BINARY else "",
@@ -219,7 +221,7 @@ def payout(request):
         except (money.PayoutRefused, money.MoneyError) as e:
             messages.error(request, str(e))
         else:
-            messages.success(request, f"Payout {p.id} of {money.fmt(p.amount)} {money.currency()} requested: the "
+            messages.success(request, f"Payout {p.id} of {money.format_money(p.amount)} requested: the "
                                       f"operator settles it.")
     else:
         messages.error(request, " ".join(m for errs in form.errors.values() for m in errs))
@@ -258,8 +260,9 @@ def contribute(request, attribute_id: int):
     existing = owner_rows.attributes_offered(request.user)
     already = next((o.contributed_value_id for _, _, offers in existing for o in offers
                     if o.attribute.id == attribute.id), None)
-    return render(request, "portal/contribute_form.html", {"form": form, "attribute": attribute,
-                                                           "already": already, **_explanations(attribute)})
+    return render(request, "portal/contribute_form.html", {
+        "form": form, "attribute": attribute, "already": already,
+        "device_held": owner_rows.attribute_device_held(attribute), **_explanations(attribute)})
 
 
 # -------------------------------------------------------------------------------------------------- budgets
@@ -369,9 +372,9 @@ def resume(request, value_id: int):
 @require_http_methods(["GET", "POST"])
 def delete_raw(request, value_id: int):
     row = owner_rows.owner_value_row(request.user, value_id, with_tag=True)
-    if row.value.custody == Value.Custody.OWNER:  # nothing to delete: the raw value is on the owner's device
-        messages.info(request, "Your value is kept on your device: the service never held it, so there is nothing "
-                               "to delete here.")
+    if row.value.custody == Value.Custody.OWNER:  # nothing to delete: the raw value is on a device of the owner's
+        messages.info(request, "Your value is kept on a device, not by the service: the service never held it, so "
+                               "there is nothing to delete here.")
         return redirect("portal:value", value_id=row.value.id)
     if request.method == "POST":
         value_delete_raw(value_id=row.value.id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import factory
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from accounts.models import MoneyAccount, MoneyEntry, User
@@ -38,9 +39,13 @@ class OwnerFactory(UserFactory):
 
 
 class BuyerFactory(UserFactory):
+    """An approved buyer, as an operator makes one (``buyer_approved_at=None``: one that signed up and awaits
+    approval, docs/security.md#buyer-accounts)."""
+
     username = factory.Sequence(lambda n: f"buyer{n}")
     role = User.Role.BUYER
     organisation = factory.Sequence(lambda n: f"Research lab {n}")
+    buyer_approved_at = factory.LazyFunction(timezone.now)
 
 
 class AuditorFactory(UserFactory):

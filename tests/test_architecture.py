@@ -14,10 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / ".importlinter"
-PACKAGES = ("mechanisms", "ldpmarket", "accounts", "market", "audit", "portal")
+PACKAGES = ("mechanisms", "ldpmarket", "accounts", "market", "audit", "portal", "buyer_portal")
 #: Apps whose every module must sit in a layer of the layers contract (``ldpmarket`` and ``mechanisms`` have
 #: contracts of their own).
-LAYERED = ("accounts", "market", "audit", "portal")
+LAYERED = ("accounts", "market", "audit", "portal", "buyer_portal")
 #: Modules outside the layers: Django's app configs and package markers.
 UNLAYERED_NAMES = ("apps", "__init__")
 #: The only modules that ask which database they are on (docs/architecture.md#storage): the storage plumbing and
@@ -144,6 +144,8 @@ def test_the_function_import_check_finds_a_bare_import(tmp_path):
     ("market/api/views.py", "import portal.views", "market imports neither audit nor portal"),
     ("market/admin.py", "import accounts.admin", "interfaces (independent of each other)"),
     ("audit/api.py", "import market.api.owner", "interfaces (independent of each other)"),
+    ("buyer_portal/views.py", "import portal.views", "interfaces (independent of each other)"),
+    ("market/selectors.py", "import buyer_portal.views", "market imports neither audit nor portal"),
 ])
 def test_the_contracts_refuse_what_the_docs_forbid(tmp_path, module, injected, broken):
     """Mutation check of the contracts (issue 28): a copy of the code with one forbidden import added breaks the

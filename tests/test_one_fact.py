@@ -23,7 +23,8 @@ def test_the_sampler_epsilon_limit_is_one_number_in_three_languages():
 def test_the_money_unit_and_the_cent_have_one_definition():
     """One money unit (1/10000) and one cent (0.01): ``accounts.money.units``; no other module defines them."""
     pattern = re.compile(r"^(UNITS|UNIT|CENT|MONEY_UNITS)\s*=", re.M)
-    defined = sorted(str(p.relative_to(ROOT)) for top in ("accounts", "market", "audit", "portal", "ldpmarket")
+    tops = ("accounts", "market", "audit", "portal", "buyer_portal", "ldpmarket")
+    defined = sorted(str(p.relative_to(ROOT)) for top in tops
                      for p in (ROOT / top).rglob("*.py") if "migrations" not in p.parts
                      and pattern.search(p.read_text()))
     assert defined == ["accounts/money/units.py"], defined

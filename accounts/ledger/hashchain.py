@@ -47,7 +47,7 @@ from accounts.epsilon import to_micro
 from accounts.locks import Lock
 from accounts.locks import take as take_lock
 from accounts.models import LedgerBlock, LedgerEntry, LedgerEvent, LedgerHead, LedgerRelease
-from ldpmarket import pgbinary, storage
+from ldpmarket import jobs, pgbinary, storage
 
 GENESIS = "0" * 64
 KINDS = LedgerEntry.Kind.values
@@ -140,7 +140,8 @@ class Rows:
 def append(rows: Rows, *, shard: int) -> LedgerBlock:
     """Append ``rows`` as one block of ``shard`` (the attribute whose values they concern); must run inside the
     caller's transaction; the shard's head is locked where ``accounts.locks`` puts it (after the budgets and the
-    money accounts)."""
+    money accounts).  With ``LDP_CHECKPOINT_ON_COMMIT`` (the embedded set-up, which runs no beat) the transaction
+    also makes a checkpoint once it commits, one however many blocks it appended."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("ledger.append must run inside the transaction that changes the budgets")
     rec = rows.records
@@ -161,6 +162,8 @@ def append(rows: Rows, *, shard: int) -> LedgerBlock:
     head.last_block = block
     head.blocks += 1
     head.save(update_fields=["last_block", "blocks"])
+    if settings.LDP_CHECKPOINT_ON_COMMIT:  # the embedded set-up: no beat (docs/operations.md)
+        jobs.enqueue_once(jobs.MAKE_CHECKPOINT)
     return block
 
 

@@ -1,6 +1,7 @@
 """The money API (docs/money.md): your account and statement, the platform's fee statement, staff top-ups.
 
-Amounts are decimal strings with two places; every payload names its ``currency`` (setting ``LDP_CURRENCY``).
+Amounts are decimal strings with exactly four places, never rounded (``accounts.money.format.MoneyField``,
+docs/money.md#how-amounts-are-shown); every payload names its ``currency`` (setting ``LDP_CURRENCY``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from accounts import roles
 from accounts.models import MoneyAccount, MoneyEntry, User
 from accounts.money import selectors
 from accounts.money import services as money
+from accounts.money.format import MoneyField
 from ldpmarket.api import IdempotencyKeyInvalid, IdempotencyKeyRequired, Problem, idempotency_key
 from ldpmarket.fields import WhenFilter
 from ldpmarket.numbers import as_id
@@ -31,33 +33,22 @@ class NoMoneyAccount(Problem):
     title = "No money account"
 
 
-def _amount(value) -> str:
-    return money.fmt(value)
-
-
 class MoneyAccountSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["buyer_credit", "owner_earnings"])
     currency = serializers.CharField(help_text="ISO 4217 code (setting LDP_CURRENCY).")
-    balance = serializers.DecimalField(max_digits=14, decimal_places=2, coerce_to_string=True)
-    pending = serializers.DecimalField(
-        max_digits=14, decimal_places=2, coerce_to_string=True,
-        help_text="Owners: earned and being settled into the balance (docs/money.md#settlement); 0.00 for buyers.")
+    balance = MoneyField()
+    pending = MoneyField(
+        help_text="Owners: earned and being settled into the balance (docs/money.md#settlement); 0.0000 for buyers.")
 
 
 class MoneyEntrySerializer(serializers.ModelSerializer):
-    amount = serializers.SerializerMethodField(help_text="Signed: negative when money left the account.")
-    balance_after = serializers.SerializerMethodField()
+    amount = MoneyField(help_text="Signed: negative when money left the account.")
+    balance_after = MoneyField()
     currency = serializers.SerializerMethodField()
 
     class Meta:
         model = MoneyEntry
         fields = ["id", "created_at", "amount", "balance_after", "currency", "kind", "memo", "purchase"]
-
-    def get_amount(self, entry) -> str:
-        return _amount(entry.amount)
-
-    def get_balance_after(self, entry) -> str:
-        return _amount(entry.balance_after)
 
     def get_currency(self, entry) -> str:
         return money.currency()
@@ -97,8 +88,9 @@ class AccountView(APIView):
         kind = selectors.account_kind(request.user)
         pending = (selectors.unsettled_earnings(request.user) if kind == MoneyAccount.Kind.OWNER_EARNINGS
                    else Decimal("0"))
-        return Response({"kind": kind, "currency": money.currency(),
-                         "balance": _amount(selectors.balance(request.user, kind)), "pending": _amount(pending)})
+        return Response(MoneyAccountSerializer({"kind": kind, "currency": money.currency(),
+                                                "balance": selectors.balance(request.user, kind),
+                                                "pending": pending}).data)
 
 
 class StatementView(generics.ListAPIView):
@@ -172,17 +164,11 @@ class TopUpRequestSerializer(serializers.Serializer):
 class TopUpSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     buyer = serializers.IntegerField(source="buyer_id")
-    amount = serializers.SerializerMethodField()
-    balance_after = serializers.SerializerMethodField()
+    amount = MoneyField()
+    balance_after = MoneyField(source="entry.balance_after")
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
     currency = serializers.SerializerMethodField()
-
-    def get_amount(self, t) -> str:
-        return _amount(t.amount)
-
-    def get_balance_after(self, t) -> str:
-        return _amount(t.entry.balance_after)
 
     def get_currency(self, t) -> str:
         return money.currency()

@@ -16,6 +16,7 @@ from accounts.ledger import hashchain
 from accounts.locks import Lock
 from accounts.locks import take as take_lock
 from accounts.models import MoneyAccount, MoneyEntry
+from accounts.money.format import format_money
 from accounts.money.units import UNITS, micro_units, units_to_decimal
 from ldpmarket import pgbinary, storage
 from ldpmarket.problems import InsufficientCredit, PriceChanged
@@ -36,10 +37,11 @@ def lock_payment(buyer, shard: int, charge: np.ndarray, max_price) -> Accounts:
     total = int(charge.sum())
     accounts = _lock_money(buyer, shard)
     if max_price is not None and units_to_decimal(total) > max_price:
-        raise PriceChanged(f"This purchase now costs {units_to_decimal(total)}, more than the {max_price} quoted.")
+        raise PriceChanged(f"This purchase now costs {format_money(units_to_decimal(total))}, more than the "
+                           f"{format_money(max_price)} quoted.")
     if accounts.buyer[1] < total:
-        raise InsufficientCredit(f"This purchase costs {units_to_decimal(total)} but your credit is "
-                                 f"{units_to_decimal(accounts.buyer[1])}.")
+        raise InsufficientCredit(f"This purchase costs {format_money(units_to_decimal(total))} but your credit is "
+                                 f"{format_money(units_to_decimal(accounts.buyer[1]))}.")
     return accounts
 
 

@@ -8,6 +8,7 @@ from django.db.models import QuerySet, Sum
 
 from accounts import roles
 from accounts.models import LedgerEntry, MoneyAccount, MoneyEntry, PayoutRequest
+from accounts.money.units import money_total
 
 #: The account each role has: a buyer's credit, an owner's earnings; staff and auditors have none of their own.
 KIND_OF_ROLE = {"buyer": MoneyAccount.Kind.BUYER_CREDIT, "owner": MoneyAccount.Kind.OWNER_EARNINGS}
@@ -29,12 +30,12 @@ def unsettled_earnings(owner) -> Decimal:
     earnings the compact ledger records for their values, less what settlements credited them -- exact, since each
     settlement credits exactly the earnings of the ledger rows it covers."""
     value_ids = apps.get_model("market", "Value").objects.filter(owner=owner).values_list("id", flat=True)
-    recorded = (LedgerEntry.objects.of_values(list(value_ids)).filter(earning__isnull=False)
-                .aggregate(total=Sum("earning"))["total"]) or Decimal("0")
-    settled = (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                         settlement__isnull=False).aggregate(total=Sum("amount"))["total"]
-               ) or Decimal("0")
-    return recorded - settled
+    recorded = money_total(LedgerEntry.objects.of_values(list(value_ids)).filter(earning__isnull=False)
+                           .aggregate(total=Sum("earning"))["total"])
+    settled = money_total(MoneyEntry.objects.filter(account__user=owner,
+                                                    account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                                    settlement__isnull=False).aggregate(total=Sum("amount"))["total"])
+    return money_total(recorded - settled)
 
 
 def platform_balance() -> Decimal:
@@ -82,12 +83,12 @@ def purchase_credits(owner, *, by: str, purchase_ids=None) -> dict[int, Decimal]
                                         purchase__isnull=False)
     if purchase_ids is not None:
         entries = entries.filter(purchase_id__in=purchase_ids)
-    return dict(entries.values(key).annotate(total=Sum("amount")).order_by().values_list(key, "total"))
+    return {k: money_total(t) for k, t in entries.values(key).annotate(total=Sum("amount")).order_by()
+            .values_list(key, "total")}
 
 
 def earnings_credited(owner) -> Decimal:
     """The sum of the earnings credited to ``owner``'s account (settlements, and purchases from before them;
     payouts are not counted)."""
-    total = (MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
-                                       kind=MoneyEntry.Kind.EARNING).aggregate(total=Sum("amount"))["total"])
-    return total or Decimal("0")
+    return money_total(MoneyEntry.objects.filter(account__user=owner, account__kind=MoneyAccount.Kind.OWNER_EARNINGS,
+                                                 kind=MoneyEntry.Kind.EARNING).aggregate(total=Sum("amount"))["total"])

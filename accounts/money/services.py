@@ -57,9 +57,9 @@ def parse_amount(raw) -> Decimal:
     return amount.quantize(CENT)
 
 
-def fmt(amount) -> str:
-    """An amount as the API and the pages show it: two decimal places."""
-    return str(Decimal(amount).quantize(CENT))
+#: An amount as people read it, "0.0128 EUR", "12.50 EUR" (one definition: accounts.money.format;
+#: docs/money.md#how-amounts-are-shown).
+format_money = money_display.format_money
 
 
 def _locked_account(user, kind: str) -> MoneyAccount:
@@ -129,8 +129,8 @@ def payout_request(*, owner: User, amount=None) -> PayoutRequest:
                 raise PayoutRefused("There are no earnings to pay out.")
         amount = parse_amount(amount)
         if amount > account.balance:
-            raise PayoutRefused(f"You asked for {fmt(amount)} {currency()} but your earnings are "
-                                f"{account.balance.normalize():f} {currency()}.")
+            raise PayoutRefused(f"You asked for {format_money(amount)} but your earnings are "
+                                f"{format_money(account.balance)}.")
         payout = PayoutRequest(owner=owner, amount=amount)
         payout.hold = _move(account, -amount, MoneyEntry.Kind.PAYOUT, "payout requested")
         payout.save()

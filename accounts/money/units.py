@@ -29,3 +29,14 @@ def units_to_decimal(units: int) -> Decimal:
 def micro_units(field: str):
     """A money column in integer units, computed in SQL."""
     return Cast(Round(F(field) * UNITS), BigIntegerField())
+
+
+def money_total(total) -> Decimal:
+    """A ``Sum()`` of amounts as the exact Decimal with 4 places (``None``, the sum of nothing, is 0).
+
+    PostgreSQL sums ``NUMERIC(16, 4)`` exactly; SQLite stores and sums them as floats, so its sum comes back with
+    13 places (``15.0400000000000``) or a float's last-digit noise, which quantizing to the unit removes
+    (docs/money.md#how-amounts-are-shown).  Every aggregate of money goes through here."""
+    d = Decimal(0) if total is None else Decimal(str(total))
+    d = d.quantize(UNIT)
+    return d if d else abs(d)

@@ -5,9 +5,9 @@
     ldpmarket-client quote --attribute 1 --epsilon 0.5
     ldpmarket-client buy --attribute 1 --epsilon 0.5 --out outputs.csv
     ldpmarket-client outputs 7 --out outputs.csv
-    ldpmarket-client estimate 7
+    ldpmarket-client estimate 7 --plot estimate-7.png       # the JSON, and the estimate drawn (matplotlib)
     ldpmarket-client account
-    ldpmarket-client statement
+    ldpmarket-client statement --json                       # JSON for scripts; tables for people without it
 
     ldpmarket-client owner contribute --attribute 3 --value green --ceiling 1 --upload-to 2
     ldpmarket-client owner extend                            # e.g. from cron: every held value to its ceiling
@@ -28,6 +28,9 @@
     ldpmarket-client witness vkey --key witness.key
     ldpmarket-client monitor run --key monitor.key --db monitor.sqlite3 --log market.example.org/ledger+...
     ldpmarket-client monitor serve --key monitor.key --db monitor.sqlite3 --log ... --listen 127.0.0.1:7381
+
+``datasets``, ``quote``, ``buy``, ``purchase``, ``account`` and ``statement`` print tables (``tables.py``), or the
+API's JSON unchanged with ``--json``.  Output piped into a reader that stops early (``| head``) ends quietly.
 
 ``verify`` needs nothing from the service (docs/receipts.md#checking-receipts): exit status 0 when everything
 verifies, 1 when something does not, 2 for a file it cannot read.  The ``ledger`` verbs need no token.
@@ -54,7 +57,7 @@ from pathlib import Path
 
 import platformdirs
 
-from . import __version__
+from . import __version__, tables
 from .client import DEFAULT_URL, Client
 from .errors import ClientError, ProblemError
 from .owner import Owner, default_state_path
@@ -107,6 +110,11 @@ def _add_request(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=argparse.SUPPRESS)
 
 
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print the API's JSON (for scripts) instead of a table for people")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ldpmarket-client",
                                      description="The ldpmarket buyer and owner APIs from a shell.")
@@ -123,12 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--password-stdin", action="store_true",
                    help="read the password from standard input (default: $LDPMARKET_PASSWORD, or asked for)")
     verbs.add_parser("logout", help="revoke the stored token and forget it")
-    verbs.add_parser("datasets", help="the catalog (JSON)")
+    p = verbs.add_parser("datasets", help="the catalog: one row per attribute")
+    _add_json(p)
 
     p = verbs.add_parser("quote", help="what a purchase would include and cost now")
     _add_request(p)
+    _add_json(p)
     p = verbs.add_parser("buy", help="buy (waits for a large purchase), optionally saving the outputs")
     _add_request(p)
+    _add_json(p)
     p.add_argument("--quote", help="buy what this quote token says, paying no more than it")
     p.add_argument("--idempotency-key", help="default: a new uuid4 (give the same one to retry a purchase)")
     p.add_argument("--out", help="write the outputs to this CSV file once completed")
@@ -139,11 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the CSV file (default: standard output)")
     p = verbs.add_parser("estimate", help="a purchase's estimate (JSON)")
     p.add_argument("purchase", type=int)
-    p = verbs.add_parser("purchase", help="a purchase's status (JSON)")
+    p.add_argument("--plot", metavar="PNG", help="also draw the estimate with its 95%% confidence intervals to "
+                                                 "this PNG file (needs matplotlib: ldpmarket-client[plot])")
+    p.add_argument("--method", choices=["unbiased", "norm_sub", "ibu"], default="unbiased",
+                   help="unbiased (the default, with 95%% intervals), or consistent frequencies: norm_sub or ibu "
+                        "(docs/mechanisms-reference.md#consistent-estimates)")
+    p = verbs.add_parser("purchase", help="a purchase's status and progress")
     p.add_argument("purchase", type=int)
+    _add_json(p)
 
-    verbs.add_parser("account", help="your balance")
+    p = verbs.add_parser("account", help="your balance")
+    _add_json(p)
     p = verbs.add_parser("statement", help="your account's movements, newest first")
+    _add_json(p)
     p.add_argument("--since", help="ISO 8601 date-time")
     p.add_argument("--until", help="ISO 8601 date-time")
 
@@ -610,7 +629,18 @@ def _owner(args, client: Client) -> int:
         failed = [r for r in results if "error" in r]
         for r in failed:
             print(f"ldpmarket-client: value {r['id']}: {r['error']}", file=sys.stderr)
-        return 1 if failed else 0
+        if args.value_id is not None:
+            return 1 if failed else 0
+        # Every value held here was tried; say which of yours are not (they were not asked for, unless none is
+        # held here at all: then nothing the owner meant to extend was).
+        elsewhere = owner.held_elsewhere()
+        for v in elsewhere:
+            print(f"ldpmarket-client: value {v['id']} ({v.get('attribute_name') or v['attribute']}) not extended: "
+                  f"{v['reason']}", file=sys.stderr)
+        if not results:
+            print(f"ldpmarket-client: the state file {owner.state.path} holds no value: nothing extended",
+                  file=sys.stderr)
+        return 1 if failed or (elsewhere and not results) else 0
     elif args.owner_verb == "status":
         _print_json(owner.status())
     return 0
@@ -625,11 +655,13 @@ def _verb(args, client: Client, path: Path, config: dict, token: str) -> int:
             save_config(path, config)
         print("signed out: the token is revoked", file=sys.stderr)
     elif args.verb == "datasets":
-        _print_json(client.datasets())
+        catalog = client.datasets()
+        _show(args, catalog, lambda: tables.datasets_table(catalog, _currency(client)))
     elif args.verb == "quote":
         if args.attribute is None:
             raise SystemExit("ldpmarket-client quote: --attribute is required")
-        _print_json(client.quote(args.attribute, args.epsilon, cohort=args.cohort, **_parameters(args)))
+        quote = client.quote(args.attribute, args.epsilon, cohort=args.cohort, **_parameters(args))
+        _show(args, quote, lambda: tables.quote_fields(quote, _currency(client, quote)))
     elif args.verb == "buy":
         if args.attribute is None and args.quote is None:
             raise SystemExit("ldpmarket-client buy: give --attribute (with --epsilon) or --quote")
@@ -637,25 +669,74 @@ def _verb(args, client: Client, path: Path, config: dict, token: str) -> int:
                               timeout=args.timeout, cohort=args.cohort, **_parameters(args))
         if args.out:  # first: the purchase is paid for, so its outputs are saved whatever happens to stdout
             _write_outputs(client, purchase["id"], args.out)
-        _print_json(purchase)
+        _show(args, purchase, lambda: tables.purchase_fields(purchase, _currency(client, purchase)))
     elif args.verb == "outputs":
         _write_outputs(client, args.purchase, args.out)
     elif args.verb == "estimate":
-        _print_json(client.estimate(args.purchase))
+        plot = None
+        if args.plot:
+            try:
+                from . import plot
+            except ImportError:
+                print("ldpmarket-client estimate: --plot needs matplotlib: pip install 'ldpmarket-client[plot]'",
+                      file=sys.stderr)
+                return 2
+        estimate = client.estimate(args.purchase, method=args.method)
+        if plot is not None:
+            try:
+                plot.plot_estimate(estimate, args.plot)
+            except plot.NothingToPlot as exc:
+                print(f"ldpmarket-client estimate: {exc}", file=sys.stderr)
+                return 1
+            print(f"wrote the plot of purchase {args.purchase}'s estimate to {args.plot}", file=sys.stderr)
+        _print_json(estimate)
     elif args.verb == "purchase":
-        _print_json(client.purchase(args.purchase))
+        purchase = client.purchase(args.purchase)
+        _show(args, purchase, lambda: tables.purchase_fields(purchase, _currency(client, purchase)))
     elif args.verb == "account":
-        _print_json(client.account())
+        account = client.account()
+        _show(args, account, lambda: tables.account_fields(account))
     elif args.verb == "statement":
-        _print_json(client.statement(since=args.since, until=args.until))
+        entries = client.statement(since=args.since, until=args.until)
+        _show(args, entries, lambda: tables.statement_table(
+            entries, None if all(e.get("currency") for e in entries) else _currency(client)))
     return 0
+
+
+def _show(args, data, table) -> None:
+    """``data`` as JSON with ``--json`` (the API's, unchanged: for scripts), else ``table()`` for people."""
+    if args.json:
+        _print_json(data)
+    else:
+        sys.stdout.write(table() + "\n")
+
+
+def _currency(client: Client, data: dict | None = None) -> str | None:
+    """The currency of the amounts in ``data``: its own ``currency``, else the market's single currency, which
+    the account shows (docs/money.md); ``None`` when the account cannot be read."""
+    if data and data.get("currency"):
+        return data["currency"]
+    try:
+        return client.account().get("currency")
+    except ProblemError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     """The console script: returns the exit status (0 done, 1 an error answer or failure, 2 usage)."""
-    args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        args = build_parser().parse_args(argv)
+        code = run(args)
+        sys.stdout.flush()  # here, so that a closed pipe is noticed here and not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`... | head`): end quietly.  Python flushes stdout again at exit, so point it at
+        # /dev/null first (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor (an embedding program's)
+            pass
+        return 1
     except ProblemError as exc:
         print(f"ldpmarket-client: {exc}", file=sys.stderr)
         return 1

@@ -337,9 +337,13 @@ class Client:
                               "(or outputs_csv() for the CSV itself)") from exc
         return pd.read_csv(io.BytesIO(self.outputs_csv(purchase_id)), dtype={"output": "string"})
 
-    def estimate(self, purchase_id: int) -> dict:
-        """Unbiased frequencies (or the mean) with standard errors and 95% intervals."""
-        return self._get(f"purchases/{int(purchase_id)}/estimate/")
+    def estimate(self, purchase_id: int, *, method: str = "unbiased") -> dict:
+        """Frequencies (or the mean): ``method="unbiased"`` (the default) with standard errors and 95% intervals;
+        ``"norm_sub"`` or ``"ibu"`` consistent ones (non-negative, summing to 1; biased, so without intervals:
+        docs/mechanisms-reference.md#consistent-estimates)."""
+        if method == "unbiased":
+            return self._get(f"purchases/{int(purchase_id)}/estimate/")
+        return self._get(f"purchases/{int(purchase_id)}/estimate/", method=method)
 
     # ---------------------------------------------------------------------------------------------- money
 

@@ -96,7 +96,19 @@ NothingToSell = _problem("NothingToSell", slug="nothing-to-sell",
                          doc="400: no value can be released at this epsilon now (``body['excluded']`` says why).")
 TooFewRespondents = _problem("TooFewRespondents", slug="too-few-respondents",
                              doc="400: a survey that too few owners can answer now.")
+EstimateMethodUnavailable = _problem("EstimateMethodUnavailable", slug="estimate-method-unavailable",
+                                     doc="400: a consistent estimate (method norm_sub or ibu) of a purchase with "
+                                         "no frequencies to make consistent.")
 PurchaseRefused = _problem("PurchaseRefused", slug="purchase-refused", doc="400: the rules refuse the purchase.")
+BuyerNotApproved = _problem("BuyerNotApproved", slug="buyer-not-approved",
+                            doc="403: the operator has not approved this buyer account yet; nothing was charged "
+                                "(quotes, the catalog and the account stay open).")
+SignUpRefused = _problem("SignUpRefused", slug="signup-refused",
+                         doc="400: a buyer sign-up the rules refuse (the web sign-up, /buyer/signup/).")
+TokenRefused = _problem("TokenRefused", slug="token-refused",
+                        doc="400: a named API token that cannot be made (its name or expiry).")
+NoSuchToken = _problem("NoSuchToken", slug="no-such-token",
+                       doc="404: no API token of yours starts with these characters.")
 InsufficientCredit = _problem("InsufficientCredit", slug="insufficient-credit",
                               doc="402: the purchase costs more than the credit; nothing was charged.")
 IdempotencyConflict = _problem("IdempotencyConflict", slug="idempotency-conflict",

@@ -251,7 +251,9 @@ class Owner:
         """Contribute ``value`` (one of the attribute's labels) for ``attribute`` with a fixed ``ceiling``, held
         on this machine: the service receives no raw value, only the chain drawn here from the grid start up
         to ``upload_to`` (default: the ceiling's last grid point; it may be above the ceiling, docs/custody.md
-        "Pre-generating costs nothing").  Returns the service's view of the value after the upload."""
+        "Pre-generating costs nothing").  Returns the service's view of the value after the upload.  Refused
+        (:class:`OwnerError`, nothing sent) when you already have a value of ``attribute``, here or elsewhere: the
+        service keeps one per owner and attribute."""
         attribute = int(attribute)
         label = str(value)
         ceiling_text = _number(ceiling)
@@ -264,6 +266,11 @@ class Owner:
         data = self.state.load()
         if any(e["attribute"] == attribute for e in data["values"].values()):
             raise OwnerError(f"the state file already holds your value for attribute {attribute}: use extend")
+        # One value per owner and attribute (the service's rule): a value of yours the state file does not hold
+        # (another device or state file, the browser) is refused here, saying which, before anything is made.
+        for server in self.values():
+            if server["attribute"] == attribute:
+                raise OwnerError(self._already(data, server))
         found = self._catalog_attribute(attribute)  # checked before anything is made on the service
         if found is not None:
             labels = [str(x) for x in found.get("labels") or []]
@@ -283,6 +290,44 @@ class Owner:
             raise
         entry = self._adopt(data, created, label)
         return self._grow(data, entry, created, target)[0]
+
+    def _already(self, data: dict, server: dict) -> str:
+        """Why a contribution to ``server``'s attribute is refused: you have ``server`` there already."""
+        text = (f"you already contribute a value to {server.get('attribute_name') or server['attribute']} "
+                f"(value {server['id']}); one value per attribute: ")
+        if server.get("custody") != "owner":
+            return text + ("the service holds it (contributed in the browser, or with custody service) and grows its "
+                           "chain itself: change its ceiling on the owner portal")
+        if str(server["attribute"]) in data["contributing"] and server.get("head") is None:
+            return text + ("it is the contribution from this state file whose answer was lost: run `owner extend` "
+                           "to adopt it and upload its chain")
+        return text + (f"it is not in the state file {self.state.path}, so it was contributed from another device "
+                       "or state file, or in the browser: use `owner extend` there, with the state file that holds it")
+
+    def held_elsewhere(self) -> list[dict]:
+        """Your owner-held values on the service that the state file does not hold (contributed from another
+        device or state file, or in the browser): this machine cannot extend them.  The service's view of each,
+        with ``reason``: why."""
+        data = self.state.load()
+        return [{**server, "reason": self._not_here(server)} for server in self.values()
+                if server.get("custody") == "owner" and str(server["id"]) not in data["values"]]
+
+    def _not_here(self, server: dict) -> str:
+        return (f"not in the state file {self.state.path}: it was contributed from another device or state file, or "
+                "in the browser; extend it where its state file is (`owner --state FILE extend`)")
+
+    def _cannot_extend(self, value_id: int) -> OwnerError:
+        """Why the value ``value_id``, which the state file does not hold, cannot be extended here."""
+        try:
+            server = self.value(value_id)
+        except ProblemError as exc:
+            if exc.status == 404:
+                return OwnerError(f"you have no value {value_id}")
+            raise
+        name = f"value {value_id} ({server.get('attribute_name') or server['attribute']})"
+        if server.get("custody") != "owner":
+            return OwnerError(f"{name} is held by the service, which grows its chain itself: nothing to extend")
+        return OwnerError(f"{name}: {self._not_here(server)}")
 
     def _catalog_attribute(self, attribute: int) -> dict | None:
         """The attribute as the catalog shows it (labels, grid), or ``None`` if it is not there (the service
@@ -332,7 +377,7 @@ class Owner:
         for key in ids:
             entry = data["values"].get(key)
             if entry is None:
-                raise OwnerError(f"the state file holds no value {key}")
+                raise self._cannot_extend(int(key))
             try:
                 server, uploaded = self._grow(data, entry, self.value(int(key)), target)
                 results.append({"id": int(key), "uploaded": uploaded, "value": server})

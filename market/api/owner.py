@@ -20,6 +20,7 @@ from accounts import roles
 from accounts.epsilon import from_micro, parse, to_micro
 from accounts.ledger.receipts_http import VALUES_PER_PAGE, ReceiptsQuery, ReceiptsSerializer, receipts_response
 from accounts.models import User
+from accounts.money.format import MoneyField, currency, machine_amount
 from ldpmarket.api import AnonThrottle, UserThrottle
 from ldpmarket.openapi import problems
 from ldpmarket.problems import BudgetError, CustodyRefused, EpsilonError, InvalidValue, NoSuchCheckpoint
@@ -67,7 +68,8 @@ class OwnerValueSerializer(serializers.Serializer):
                                                       "sales wait for the device to extend the chain.")
     paused = serializers.BooleanField()
     releases = serializers.IntegerField()
-    earned = serializers.CharField()
+    earned = MoneyField(help_text="What this value has earned: exactly 4 places (docs/money.md#how-amounts-are-shown).")
+    currency = serializers.CharField(help_text="ISO 4217 code of ``earned`` (setting LDP_CURRENCY).")
 
 
 class ContributeSerializer(serializers.Serializer):
@@ -144,7 +146,8 @@ def payload(row: ValueRow) -> dict:
         "ceiling": _text(budget.ceiling), "loss": _text(budget.loss),
         "upload_level": None if upload is None else _text(upload), "head": None if head is None else _text(head),
         "guarantee": {"buyers": _text(budget.loss), "service": _text(upload or Decimal(0)) if held else "none"},
-        "needs_upload": needs, "paused": budget.paused, "releases": row.releases, "earned": str(row.earned),
+        "needs_upload": needs, "paused": budget.paused, "releases": row.releases,
+        "earned": machine_amount(row.earned), "currency": currency(),
     }
 
 

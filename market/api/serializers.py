@@ -17,6 +17,8 @@ from rest_framework import serializers
 from accounts import roles
 from accounts.epsilon import MAX_SALE_EPSILON, PLACES, EpsilonError, parse
 from accounts.models import LedgerEntry
+from accounts.money.format import MoneyField
+from accounts.money.format import currency as market_currency
 from ldpmarket.fields import StrictIntegerField
 from ldpmarket.numbers import BIGINT_MAX, NumberError, parse_ascii_decimal
 from ldpmarket.problems import ParameterError
@@ -98,7 +100,20 @@ def epsilon_out(**kwargs) -> serializers.DecimalField:
 
 
 def money_out(**kwargs) -> serializers.DecimalField:
-    return serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True, **kwargs)
+    """An amount: a decimal string with exactly 4 places, never rounded (docs/money.md#how-amounts-are-shown)."""
+    return MoneyField(**kwargs)
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class CurrencyField(serializers.Field):
+    """The currency of the object's amounts: the market's one currency (setting LDP_CURRENCY, docs/money.md)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "ISO 4217 code of every amount here (setting LDP_CURRENCY).")
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, value) -> str:
+        return market_currency()
 
 
 # ------------------------------------------------------------------------------------------------- catalog
@@ -130,6 +145,7 @@ class PricePolicySerializer(serializers.Serializer):
                                                        "constant after the last; never decreasing.")
     owner_share = serializers.DecimalField(max_digits=6, decimal_places=4,
                                            help_text="The share of each payment that goes to the value's owner.")
+    currency = CurrencyField()
 
 
 class HistogramBucketSerializer(serializers.Serializer):
@@ -359,6 +375,7 @@ class QuoteSerializer(serializers.Serializer):
     list_price = money_out(help_text="The price without upgrade credit.")
     upgrade_credit = money_out()
     price_per_value = money_out()
+    currency = CurrencyField()
     predicted_error = PredictedErrorSerializer(
         allow_null=True, help_text="The estimate's standard error: from the mechanism, epsilon and count only, so "
                                    "it reveals nothing about the data.")
@@ -480,12 +497,14 @@ class PurchaseSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField(help_text="While pending or running: values processed so far.")
     outputs_url = serializers.SerializerMethodField()
     estimate_url = serializers.SerializerMethodField()
+    price = money_out()
+    currency = CurrencyField()
 
     class Meta:
         model = Purchase
         fields = ["id", "attribute", "dataset", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee",
                   "guarantee_label", "cohort", "status", "idempotency_key", "candidates", "included", "excluded",
-                  "new_points", "price", "error", "created_at", "completed_at", "progress", "outputs_url",
+                  "new_points", "price", "currency", "error", "created_at", "completed_at", "progress", "outputs_url",
                   "estimate_url"]
         read_only_fields = fields
 
@@ -561,19 +580,23 @@ class EpsilonGroupSerializer(serializers.Serializer):
 
 class FrequencySerializer(serializers.Serializer):
     label = serializers.CharField()
-    estimate = serializers.FloatField(help_text="Unbiased; may fall outside [0, 1].")
-    standard_error = serializers.FloatField()
-    ci95_low = serializers.FloatField()
-    ci95_high = serializers.FloatField()
-    projected = serializers.FloatField(help_text="The unbiased estimates projected onto the simplex.")
-    maximum_likelihood = serializers.FloatField()
+    estimate = serializers.FloatField(help_text="By the response's method: unbiased (the default; may fall outside "
+                                                "[0, 1]), or consistent (norm_sub, ibu: in [0, 1], summing to 1).")
+    standard_error = serializers.FloatField(allow_null=True, help_text="Of the unbiased estimate; null for the "
+                                                                       "consistent methods (biased: no interval).")
+    ci95_low = serializers.FloatField(allow_null=True)
+    ci95_high = serializers.FloatField(allow_null=True)
+    projected = serializers.FloatField(help_text="Norm-Sub: the unbiased estimates projected onto the simplex.")
+    maximum_likelihood = serializers.FloatField(
+        allow_null=True, help_text="The maximum-likelihood (IBU) estimate; null for OUE and OLH unless "
+                                   "method=ibu was asked for (it costs reports x values to compute).")
 
 
 class IntervalSerializer(serializers.Serializer):
     estimate = serializers.FloatField()
-    standard_error = serializers.FloatField()
-    ci95_low = serializers.FloatField()
-    ci95_high = serializers.FloatField()
+    standard_error = serializers.FloatField(allow_null=True)
+    ci95_low = serializers.FloatField(allow_null=True)
+    ci95_high = serializers.FloatField(allow_null=True)
 
 
 class BitFrequencySerializer(IntervalSerializer):
@@ -617,6 +640,12 @@ class EstimateSerializer(serializers.Serializer):
     mean = IntervalSerializer(allow_null=True, help_text="Binary: the share of the second label; numeric: the mean.")
     bits = BitFrequencySerializer(many=True, help_text="String attributes: each Bloom bit's frequency.")
     graph = GraphEstimateSerializer(allow_null=True, help_text="LPP‡: per item degree and weight.")
+    method = serializers.ChoiceField(choices=[("unbiased", "unbiased"), ("norm_sub", "norm_sub"), ("ibu", "ibu")],
+                                     help_text="How `estimate` was computed (docs/mechanisms-reference.md"
+                                               "#consistent-estimates).")
+    iterations = serializers.IntegerField(allow_null=True, help_text="IBU: its EM steps (null otherwise).")
+    converged = serializers.BooleanField(allow_null=True, help_text="IBU: whether it met its tolerance (null "
+                                                                    "otherwise).")
 
 
 # ------------------------------------------------------------------------------------------------ surveys
@@ -644,7 +673,7 @@ class SurveySerializer(PurchaseSerializer):
     class Meta(PurchaseSerializer.Meta):
         fields = ["id", "attribute", "dataset", "mechanism", "epsilon", "parameters", "charged_epsilon", "guarantee",
                   "guarantee_label", "cohort", "status", "idempotency_key", "candidates", "respondents", "excluded",
-                  "price", "error", "created_at", "completed_at", "progress", "result"]
+                  "price", "currency", "error", "created_at", "completed_at", "progress", "result"]
         read_only_fields = fields
 
     @extend_schema_field(SurveyResultSerializer(allow_null=True, help_text=(

@@ -60,7 +60,9 @@ from ldpmarket.fields import IdFilter, StrictIntegerField
 from ldpmarket.numbers import parse_ascii_int
 from ldpmarket.openapi import problems
 from ldpmarket.problems import (
+    BuyerNotApproved,
     ChainConflict,
+    EstimateMethodUnavailable,
     IdempotencyConflict,
     InFlight,
     InsufficientCredit,
@@ -154,6 +156,22 @@ def _full_histogram(request) -> bool:
     if value not in ("summary", "full"):
         raise drf_serializers.ValidationError({"histogram": ['Give "summary" (the default) or "full".']})
     return value == "full"
+
+
+#: ``?method=`` of a purchase's estimate (docs/mechanisms-reference.md#consistent-estimates).
+METHOD_PARAMETER = OpenApiParameter(
+    "method", str, enum=["unbiased", "norm_sub", "ibu"], required=False,
+    description="unbiased (the default): each frequency's unbiased estimate with its standard error and 95% "
+                "interval; norm_sub or ibu: consistent frequencies (non-negative, summing to 1; biased, so "
+                "without intervals): Norm-Sub of the unbiased estimates, or the maximum-likelihood estimate by the "
+                "iterative Bayesian update under the mechanism's exact law.")
+
+
+def _estimate_method(request) -> str:
+    value = request.query_params.get("method", "unbiased")
+    if value not in ("unbiased", "norm_sub", "ibu"):
+        raise drf_serializers.ValidationError({"method": ['Give "unbiased" (the default), "norm_sub" or "ibu".']})
+    return value
 
 
 def _dataset_payloads(datasets, full_histogram: bool = False) -> list[dict]:
@@ -271,7 +289,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
                 "same request again with the same key returns the same purchase and charges once.")
 OUTPUT_PAGE_SIZE, OUTPUT_MAX_PAGE_SIZE = 1000, 10000
 #: What creating a purchase or a survey may answer besides 401, 403 and 429.
-CREATE_PROBLEMS = (400, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
+CREATE_PROBLEMS = (400, BuyerNotApproved, IdempotencyKeyRequired, IdempotencyKeyInvalid, NothingToSell, PurchaseError,
                    ParameterError, TooFewRespondents, InsufficientCredit, IdempotencyConflict,
                    PriceChanged, InFlight, NotForSale, PurchaseConflict, ChainConflict, PurchaseInterrupted)
 
@@ -305,6 +323,14 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             throttles.append(PurchaseThrottle())
         return throttles
 
+    def get_serializer_class(self):
+        """The request's serializer for a POST (the browsable API's form of a purchase or survey shows its fields:
+        REST framework asks this with the request's method set to POST), the purchase's otherwise."""
+        request = getattr(self, "request", None)
+        if request is not None and request.method == "POST":
+            return self.create_serializer
+        return self.serializer_class
+
     # ------------------------------------------------------------------------------------------ create
 
     @extend_schema(
@@ -316,6 +342,7 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                                                                           "the Location for status and progress."),
                    **problems(401, 403, 429, *CREATE_PROBLEMS)})
     def create(self, request, *args, **kwargs):
+        pipeline.refuse_unapproved(request.user)  # before anything else: an unapproved buyer buys nothing
         key = idempotency_key(request, what="purchase")
         body = self.create_serializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -366,7 +393,8 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _respond(self, purchase: Purchase, status: int):
         purchase = Purchase.objects.select_related("attribute").get(id=purchase.id)
         headers = {"Location": reverse(self.detail_route, kwargs={"pk": purchase.id})}
-        return Response(self.get_serializer(purchase).data, status=status, headers=headers)
+        body = self.serializer_class(purchase, context=self.get_serializer_context()).data
+        return Response(body, status=status, headers=headers)
 
     # ------------------------------------------------------------------------------------------- outputs
 
@@ -408,19 +436,24 @@ class PurchaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             "results": s.OutputRowSerializer(rows, many=True).data,
         })
 
-    @extend_schema(summary="Estimates from the purchased outputs",
+    @extend_schema(summary="Estimates from the purchased outputs", parameters=[METHOD_PARAMETER],
                    responses={200: s.EstimateSerializer,
-                              **problems(401, 403, 404, 429, PurchaseNotCompleted, NoOutputs,
+                              **problems(400, 401, 403, 404, 429, PurchaseNotCompleted, NoOutputs,
+                                         EstimateMethodUnavailable,
                                          d409="The purchase has not completed, or released no values.")})
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
     def estimate(self, request, pk=None):
+        method = _estimate_method(request)
         purchase = self._completed()
         if purchase.included == 0:
             raise NoOutputs("This purchase released no values: there is nothing to estimate from.")
-        result = estimates.purchase_estimate(purchase)
+        result = estimates.purchase_estimate(purchase, method=method)
+        # the guarantee as the purchase reports it: a chain purchase (stored without one) released ldp outputs
+        guarantee, _ = s.chain_release(purchase.mechanism, purchase.guarantee, purchase.charged_epsilon,
+                                       purchase.epsilon)
         return Response(s.EstimateSerializer({"purchase": purchase.id, "attribute": purchase.attribute_id,
                                               "kind": purchase.attribute.kind, "mechanism": purchase.mechanism,
-                                              "guarantee": purchase.guarantee, "graph": None, **result}).data)
+                                              "graph": None, **result, "guarantee": guarantee}).data)
 
 
 @extend_schema_view(

@@ -29,12 +29,15 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import F
 from django.utils import timezone
 
+from accounts import roles
 from accounts.epsilon import MAX_SALE_EPSILON, parse
 from accounts.locks import Lock
 from accounts.locks import take as take_lock
 from accounts.models import User
+from accounts.money.format import format_money
 from ldpmarket import jobs
 from ldpmarket.problems import (
+    BuyerNotApproved,
     InFlight,
     NotForSale,
     NothingToSell,
@@ -90,7 +93,9 @@ class Outcome:
 
 
 def purchase_request(*, buyer: User, request: PurchaseRequest, idempotency_key: str) -> Outcome:
-    """Replay, quote guard, claim, then run or enqueue (module docstring)."""
+    """Replay, quote guard, claim, then run or enqueue (module docstring).  A buyer whose account the operator has
+    not approved is refused first (``BuyerNotApproved``): nothing is claimed, charged or written to the ledger."""
+    refuse_unapproved(buyer)
     existing = Purchase.objects.filter(buyer=buyer, idempotency_key=idempotency_key).first()
     if existing is not None:
         return _replay(purchases.same_request_or_conflict(existing, request.fingerprint))
@@ -99,8 +104,8 @@ def purchase_request(*, buyer: User, request: PurchaseRequest, idempotency_key: 
         if q.included == 0:
             raise nothing_to_sell(q)
         if request.quoted_price is not None and q.price > request.quoted_price:
-            raise PriceChanged(f"The price is now {q.price}, more than the {request.quoted_price} quoted: ask for a "
-                               f"new quote.")
+            raise PriceChanged(f"The price is now {format_money(q.price)}, more than the "
+                               f"{format_money(request.quoted_price)} quoted: ask for a new quote.")
         if request.spec is None:
             purchase, created = purchases.purchase_claim(buyer=buyer, attribute=request.attribute,
                                                          epsilon=request.epsilon, cohort=request.cohort,
@@ -111,6 +116,15 @@ def purchase_request(*, buyer: User, request: PurchaseRequest, idempotency_key: 
     if not created:  # the same key and body, claimed by a concurrent request
         return _replay(purchase)
     return _run_or_enqueue(purchase, q.candidates, q.included, created=True, max_price=request.quoted_price)
+
+
+def refuse_unapproved(buyer: User) -> None:
+    """``BuyerNotApproved`` (403) unless ``buyer`` is a buyer the operator approved
+    (docs/security.md#buyer-accounts)."""
+    if not roles.buyer_is_approved(buyer):
+        raise BuyerNotApproved(
+            "This buyer account awaits the operator's approval: purchases and surveys are possible once the operator "
+            "has approved it (you will get an e-mail). Meanwhile the catalog and quotes are open to you.")
 
 
 def _quote_now(buyer: User, request: PurchaseRequest) -> selectors.Quote:

@@ -20,7 +20,8 @@ from django.utils import timezone
 from accounts.epsilon import from_micro
 from accounts.models import BudgetAccount, LedgerEntry, User
 from accounts.money import selectors
-from accounts.money.units import UNIT
+from accounts.money.format import currency, machine_amount
+from accounts.money.units import money_total
 from market.chains import store
 from market.models import SURVEY_MECHANISMS, Attribute, Purchase, Value
 from market.purchases.oneshot_specs import guarantee_label
@@ -35,8 +36,8 @@ NO_ORGANISATION = "Organisation not given"
 
 
 def _money(d) -> Decimal:
-    """Money to 4 places (SQLite's SUM of decimals comes back with float noise digits)."""
-    return Decimal(str(d)).quantize(UNIT)
+    """Money to 4 places (SQLite's SUM of decimals comes back with float noise digits): ``money_total``."""
+    return money_total(d)
 
 
 # ------------------------------------------------------------------------------ mechanisms and guarantees, in words
@@ -65,6 +66,21 @@ CEILING_NOTE = ("Your ceiling caps the total: the chain's highest ε plus the su
 
 def mechanism_name(mechanism: str) -> str:
     return MECHANISM_NAMES.get(mechanism, mechanism)
+
+
+def mechanism_name_parts(mechanism: str) -> tuple[str, str]:
+    """``(plain words, technical name)`` of a way of selling: its owner name without the technical name in
+    parentheses at its end ("... (uRR)"), and that name ("" if none).  The contribute pages say the plain words and
+    keep the technical name as a secondary detail (issue 31)."""
+    return _name_parts(mechanism_name(mechanism))
+
+
+def _name_parts(name: str) -> tuple[str, str]:
+    """``"Plain words (technical)"`` -> ``("Plain words", "technical")``; a name without one -> ``(name, "")``."""
+    if name.endswith(")") and " (" in name:
+        plain, _, technical = name[:-1].rpartition(" (")
+        return plain, technical
+    return name, ""
 
 
 def guarantee_words(guarantee: str, mechanism: str, epsilon) -> str:
@@ -581,6 +597,19 @@ class Offer:
     def mechanism_name(self) -> str:
         return mechanism_name(self.attribute.mechanism)
 
+    @property
+    def mechanism_plain(self) -> str:
+        return mechanism_name_parts(self.attribute.mechanism)[0]
+
+    @property
+    def mechanism_technical(self) -> str:
+        return mechanism_name_parts(self.attribute.mechanism)[1]
+
+    @property
+    def kind_plain(self) -> str:
+        """The attribute's kind without the technical name its label ends with ("Three states (RR3)")."""
+        return _name_parts(self.attribute.get_kind_display())[0]
+
 
 def attributes_offered(owner: User) -> list[tuple[str, str, list[Offer]]]:
     """``[(dataset title, description, [Offer, ...]), ...]``: every attribute, and the owner's value in it if any."""
@@ -599,6 +628,18 @@ def attribute_for_contribution(attribute_id: int) -> Attribute:
     return attribute
 
 
+def attribute_device_held(attribute: Attribute) -> bool:
+    """Whether ``attribute``'s values are kept on their owners' devices (docs/custody.md): it takes owner-held
+    values, and at least half of the values contributed to it are.  The contribute page then offers "keep my value
+    on this device" ticked."""
+    if not attribute.supports_owner_custody:
+        return False
+    counts = dict(Value.objects.filter(attribute=attribute).values("custody").annotate(n=Count("id")).order_by()
+                  .values_list("custody", "n"))
+    held = counts.get(Value.Custody.OWNER, 0)
+    return held > 0 and held >= counts.get(Value.Custody.SERVICE, 0)
+
+
 # ----------------------------------------------------------------------------------------------- export
 
 #: The guarantee against the service of a value the service holds (docs/custody.md).
@@ -607,6 +648,11 @@ SERVICE_HOLDS_IT = "none: the service holds your value"
 
 def _s(d) -> str | None:
     return None if d is None else str(d)
+
+
+def _m(d) -> str:
+    """An amount as machines read it: exactly 4 places (docs/money.md#how-amounts-are-shown)."""
+    return machine_amount(d)
 
 
 def _t(dt) -> str | None:
@@ -631,7 +677,8 @@ def export(owner: User) -> dict:
             "mechanism": v.attribute.mechanism,
             "custody": v.custody,
             "raw_value": row.raw,
-            **({"raw_value_kept_on": "your device: the service never received it"} if row.owner_held else {}),
+            **({"raw_value_kept_on": "a device, not the service: the service never received it"}
+               if row.owner_held else {}),
             **({"pum_tag": pum_tag(owner, v.id)} if row.takes_pum_tag else {}),
             "raw_deleted_at": _t(v.raw_deleted_at),
             "contributed_at": _t(v.created_at),
@@ -649,9 +696,9 @@ def export(owner: User) -> dict:
             "guarantee": {"against_buyers": _s(b.loss),
                           "against_service": (_s(row.service_guarantee) if row.owner_held
                                               else SERVICE_HOLDS_IT)},
-            "earned": _s(row.earned),
+            "earned": _m(row.earned),
             "releases": [{"at": _t(r.at), "organisation": r.organisation, "epsilon": _s(r.epsilon),
-                          "loss_after": _s(r.loss_after), "earned": _s(r.earned), "purchase": r.purchase_id,
+                          "loss_after": _s(r.loss_after), "earned": _m(r.earned), "purchase": r.purchase_id,
                           "one_shot": r.one_shot, "mechanism": r.mechanism, "guarantee": r.guarantee,
                           "guarantee_label": r.guarantee_label} for r in by_value[v.id]],
             "history": [{"at": _t(e.at), "event": e.kind, "ceiling": _s(e.ceiling), "loss": _s(e.loss),
@@ -665,10 +712,11 @@ def export(owner: User) -> dict:
         "owner": {"username": owner.username, "email": owner.email, "joined": _t(owner.date_joined)},
         "values": values,
         "earnings": {
-            "total": _s(sum((e[1] for e in entries), ZERO_MONEY)),
-            "balance": _s(selectors.balance(owner, selectors.KIND_OF_ROLE["owner"]) or ZERO_MONEY),
-            "pending": _s(selectors.unsettled_earnings(owner)),
-            "entries": [{"at": _t(at), "amount": _s(a), "balance_after": _s(bal), "memo": memo, "purchase": p}
+            "currency": currency(),
+            "total": _m(sum((e[1] for e in entries), ZERO_MONEY)),
+            "balance": _m(selectors.balance(owner, selectors.KIND_OF_ROLE["owner"])),
+            "pending": _m(selectors.unsettled_earnings(owner)),
+            "entries": [{"at": _t(at), "amount": _m(a), "balance_after": _m(bal), "memo": memo, "purchase": p}
                         for at, a, bal, memo, p in entries],
         },
     }

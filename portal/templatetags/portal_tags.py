@@ -24,7 +24,8 @@ def eps(value) -> str:
 
 @register.filter
 def money(value) -> str:
-    """``Decimal("0.0040")`` -> ``0.004 EUR``: at least 2 places, and the currency (``accounts.money.format``)."""
+    """``Decimal("0.0040")`` -> ``0.0040 EUR``, ``Decimal("12.5000")`` -> ``12.50 EUR``: 2 places for whole cents,
+    else 4, never rounded, and the currency (``accounts.money.format``, docs/money.md#how-amounts-are-shown)."""
 
     return format_money(value)
 

@@ -43,18 +43,18 @@ def test_login_stores_the_token_for_the_user_only_and_the_verbs_use_it(live_serv
     assert stored["url"] == live_server.url and stored["username"] == buyer.username and stored["token"]
 
     # No --url: the stored one.  datasets, quote.
-    code, out, err = run(capsys, "--config", str(config), "datasets")
+    code, out, err = run(capsys, "--config", str(config), "datasets", "--json")
     assert code == 0, err
     assert categorical.id in [a["id"] for d in json.loads(out) for a in d["attributes"]]
     code, out, err = run(capsys, "--config", str(config), "quote", "--attribute", str(categorical.id),
-                         "--epsilon", "0.5")
+                         "--epsilon", "0.5", "--json")
     assert code == 0, err
     assert json.loads(out)["included"] == 30
 
     # buy --out writes the outputs as CSV.
     target = config.parent / "outputs.csv"
     code, out, err = run(capsys, "--config", str(config), "--no-progress", "buy", "--attribute",
-                         str(categorical.id), "--epsilon", "0.5", "--out", str(target))
+                         str(categorical.id), "--epsilon", "0.5", "--out", str(target), "--json")
     assert code == 0, err
     purchase = json.loads(out)
     assert purchase["status"] == "completed"
@@ -111,13 +111,13 @@ def test_errors_are_reported_with_their_problem_and_exit_1(live_server, buyer, c
 def test_account_and_statement_verbs(live_server, buyer, categorical, config, capsys, monkeypatch):
     login(live_server, config, buyer, capsys, monkeypatch)
     code, out, err = run(capsys, "--config", str(config), "--no-progress", "buy", "--attribute",
-                         str(categorical.id), "--epsilon", "0.5")
+                         str(categorical.id), "--epsilon", "0.5", "--json")
     assert code == 0, err
     purchase = json.loads(out)
-    code, out, err = run(capsys, "--config", str(config), "account")
+    code, out, err = run(capsys, "--config", str(config), "account", "--json")
     assert code == 0, err
     account = json.loads(out)
     assert account["kind"] == "buyer_credit" and account["currency"] and account["balance"]
-    code, out, err = run(capsys, "--config", str(config), "statement")
+    code, out, err = run(capsys, "--config", str(config), "statement", "--json")
     assert code == 0, err
     assert json.loads(out)[0]["purchase"] == purchase["id"]

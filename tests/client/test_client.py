@@ -126,7 +126,7 @@ def slow_worker(monkeypatch):
     from ldpmarket import jobs
 
     timers = []
-    state = {"delay": 0.6}
+    state = {"delay": 2.0}  # well beyond a first poll on a busy machine (0.6 s once lost the race in CI load)
 
     def enqueue(task_name, *args):
         def run():

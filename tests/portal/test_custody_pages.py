@@ -74,12 +74,13 @@ def test_the_dashboard_says_where_each_value_is_held_and_the_guarantee_against_t
     service = by_name["favourite colour"]
     assert "Your value green" in service
     assert f"Guarantee against the service {NONE}" in service
-    assert "Kept on your device" not in service and "Upload level" not in service
+    assert "Kept on a device" not in service and "Upload level" not in service
 
     device = by_name["commute"]
-    assert "Kept on your device" in device
-    assert "Your value kept on your device (the service never received it)" in device
-    assert "Upload level ε 0.5 (5 steps uploaded by your device" in device
+    # the service cannot tell which device holds it (issue 31): "a device", not "your device"
+    assert "Kept on a device, not by the service" in device and "your device" not in device
+    assert "Your value kept on a device, not by the service (the service never received it)" in device
+    assert "Upload level ε 0.5 (5 steps uploaded by the device that holds it" in device
     assert "Guarantee against the service ε 0.5 (the upload level" in device
     assert "ε 0.3 of ε 1 spent" in device  # against buyers: the loss
     assert "bike" not in device and "cannot be shown" not in device and NONE not in device
@@ -108,7 +109,7 @@ def test_the_export_says_where_each_value_is_held_and_both_guarantees(owner_clie
 
     device = data["commute"]
     assert (device["custody"], device["raw_value"]) == ("owner", None)
-    assert device["raw_value_kept_on"] == "your device: the service never received it"
+    assert device["raw_value_kept_on"] == "a device, not the service: the service never received it"
     assert device["raw_deleted_at"] is None
     assert D(device["chain"]["upload_level"]) == D(device["chain"]["head"]) == D("0.5")
     assert device["chain"]["length"] == 5

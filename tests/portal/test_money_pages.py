@@ -93,7 +93,7 @@ def test_an_owner_requests_a_payout_and_sees_it(owner_client, earning_owner):
     assert earnings(earning_owner) == Decimal(0) and PayoutRequest.objects.count() == 2
 
 
-@pytest.mark.parametrize("amount, words", [("5", "but your earnings are 0.8 EUR"), ("0.001", "two decimal places"),
+@pytest.mark.parametrize("amount, words", [("5", "but your earnings are 0.80 EUR"), ("0.001", "two decimal places"),
                                            ("-1", "positive amount"), ("abc", "such as 25.00"),
                                            # read by Python as 0.50 (docs/errors.md#numbers-in-requests)
                                            ("+0.50", "such as 25.00"), ("0.5_0", "such as 25.00"),

@@ -156,7 +156,7 @@ def test_money_has_its_currency(owner_client, value, buyer, attribute, settings)
     for url in ("/portal/", "/portal/releases/", f"/portal/values/{value.id}/"):
         page = text(owner_client.get(url))
         assert "CHF" in page and "EUR" not in page, url
-    assert format_money(D("0.0040")) == "0.004 CHF"
+    assert format_money(D("0.0040")) == "0.0040 CHF"  # 4 places unless whole cents
 
 
 def test_owner_pages_show_the_question_in_plain_words(owner_client, owner, attribute):

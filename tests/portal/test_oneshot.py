@@ -189,7 +189,9 @@ def test_contributing_a_value_of_each_new_kind_stores_it_and_shows_it_to_its_own
 
 def test_the_contribute_page_explains_the_mechanism_and_what_each_release_costs(owner_client):
     page = text(owner_client.get(f"/portal/contribute/{oneshot_attribute('urr').id}/"))
-    assert "How your value will be sold: Randomized answer that always protects sensitive answers (uRR)" in page
+    # plain words first; the technical name only as a detail (issue 31)
+    assert ("How your value will be sold: Randomized answer that always protects sensitive answers Technical name uRR"
+            in page)
     assert "Every sale is a fresh randomization of your value and adds its ε" in page
     assert "Sensitive answers, always protected: clinic. Any other answer may be passed on exactly." in page
     assert "tag it on the value page" in page
@@ -197,8 +199,8 @@ def test_the_contribute_page_explains_the_mechanism_and_what_each_release_costs(
     assert "only the highest ε counts" in chain and "only the aggregate estimate is sold" in chain
     assert "(non-collusion)" in chain
     choose = text(owner_client.get("/portal/contribute/"))
-    assert ("Sold by: Randomized answer that always protects sensitive answers (uRR) — one-shot, every sale adds its ε"
-            in choose)
+    assert ("Sold by: Randomized answer that always protects sensitive answers — one-shot, every sale adds its ε "
+            "Technical name uRR" in choose)
 
 
 def test_a_refused_contribution_explains_the_error_next_to_the_field(owner_client, owner):

@@ -58,7 +58,7 @@ class Command(BaseCommand):
                                       by=None) if credit is not None else None
         line = f"Created buyer {user.username} (id {user.id})"
         if topup is not None:
-            line += f" with {services.fmt(topup.amount)} {services.currency()} of credit"
+            line += f" with {services.format_money(topup.amount)} of credit"
         self.stdout.write(line + ".")
 
     @staticmethod

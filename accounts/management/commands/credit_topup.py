@@ -24,10 +24,10 @@ class Command(BaseCommand):
             topup = money.money_topup(buyer=buyer, amount=amount, reason=reason, by=None, idempotency_key=key)
         except DomainError as e:
             raise CommandError(str(e)) from None
-        cur = money.currency()
         verb = "already credited (same key)" if getattr(topup, "replayed", False) else "credited"
-        self.stdout.write(f"{buyer.username}: {verb} {money.fmt(topup.amount)} {cur}; balance "
-                          f"{money.fmt(topup.entry.balance_after)} {cur} (top-up {topup.id}, reason: {topup.reason})")
+        self.stdout.write(f"{buyer.username}: {verb} {money.format_money(topup.amount)}; balance "
+                          f"{money.format_money(topup.entry.balance_after)} (top-up {topup.id}, "
+                          f"reason: {topup.reason})")
 
 
 def find_user(raw: str) -> User:

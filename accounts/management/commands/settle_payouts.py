@@ -23,14 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--note", default="", help="a note kept with the decision")
 
     def handle(self, *args, all, id, reject, note, **options):
-        cur = services.currency()
         pending = list(selectors.pending_payouts())
         if not (all or id or reject):
             for p in pending:
-                self.stdout.write(f"payout {p.id}: {p.owner.username} {services.fmt(p.amount)} {cur}, requested "
+                self.stdout.write(f"payout {p.id}: {p.owner.username} {services.format_money(p.amount)}, requested "
                                   f"{p.requested_at:%Y-%m-%d %H:%M} UTC")
             total = sum((p.amount for p in pending), start=Decimal(0))
-            self.stdout.write(f"{len(pending)} requested payout(s), {services.fmt(total)} {cur} in all.")
+            self.stdout.write(f"{len(pending)} requested payout(s), {services.format_money(total)} in all.")
             return
         settle_ids = [p.id for p in pending] if all else id
         settle_ids = [i for i in settle_ids if i not in reject]
@@ -38,13 +37,14 @@ class Command(BaseCommand):
         try:
             for pid in reject:
                 p = services.payout_reject(payout_id=pid, by=None, note=note)
-                self.stdout.write(f"payout {p.id}: rejected, {services.fmt(p.amount)} {cur} back to {p.owner.username}")
+                self.stdout.write(f"payout {p.id}: rejected, {services.format_money(p.amount)} back to "
+                                  f"{p.owner.username}")
             for pid in settle_ids:
                 p = services.payout_settle(payout_id=pid, by=None, note=note)
                 done.append(p)
-                self.stdout.write(f"payout {p.id}: settled, {services.fmt(p.amount)} {cur} to {p.owner.username}")
+                self.stdout.write(f"payout {p.id}: settled, {services.format_money(p.amount)} to {p.owner.username}")
         except PayoutRequest.DoesNotExist:
             raise CommandError(f"No payout {pid}.") from None
         except DomainError as e:
             raise CommandError(str(e)) from None
-        self.stdout.write(f"{len(done)} payout(s) settled, {services.fmt(sum(p.amount for p in done))} {cur}.")
+        self.stdout.write(f"{len(done)} payout(s) settled, {services.format_money(sum(p.amount for p in done))}.")

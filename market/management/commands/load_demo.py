@@ -53,8 +53,10 @@ from accounts.epsilon import from_micro
 from accounts.ledger.checkpoints import blocks_awaiting_checkpoint, checkpoint_make
 from accounts.models import User
 from accounts.money import selectors as money_selectors
+from accounts.money.format import format_money
 from accounts.money.services import money_topup
-from accounts.services import Schedule
+from accounts.services import Schedule, buyer_approve
+from ldpmarket import jobs
 from market.chains import store
 from market.models import Attribute, Dataset, Value
 from market.purchases.pricing import PricePolicy
@@ -87,12 +89,33 @@ class Experiment:
     attribute_description: str = ""  # the question, in plain words, for buyers and owners
 
 
+#: The binary experiment in plain words (what owners and buyers read).  Its ceiling of 1.0 covers the paper's whole
+#: RAPPOR path eps_ns(1..10) (eps_alpha = 1, eps_beta = 0.5): docs/mechanisms-reference.md#the-demo-experiments.
+BINARY_DESCRIPTION = ("The paper's binary experiment: 1000 owners answer a yes/no question (600 yes, 400 no). Each "
+                      "value may spend at most ε 1.0, enough for all ten precision levels the experiment sells.")
+#: Dataset descriptions of earlier versions, in the papers' terms, and what ``load_demo`` now says instead (issue
+#: 31): a database loaded before gets the new ones (``describe_existing``), unless someone edited them since.
+REWORDED = {
+    "Binary experiment": (
+        "The paper's binary experiment: 1000 owners answer a yes/no question (600 ones, 400 zeros). Ceiling 1.0 "
+        "covers the RAPPOR noisy-sampling path eps_ns(1..10) with eps_alpha = 1, eps_beta = 0.5."),
+    "Places visited (utility-optimized LDP)": (
+        "Where 200 owners spent last evening. The clinic and the night club are sensitive and get full epsilon-LDP; "
+        "the other places go through uRR with less noise. Owners may tag their value as personally sensitive "
+        "(home, workplace)."),
+    "Opinions (three states)": "150 owners' relation to a brand: none, likes or dislikes; sold through RR3.",
+    "Film ratings (bipartite graph)": "120 owners' ratings of five films, weights in [-1, 1]; sold through LPP‡.",
+    "Favourite products (1,000 labels, optimal local hashing)": (
+        "3,000 owners' favourite among 1,000 products (a few popular, a long tail); sold through optimal local "
+        "hashing (OLH), whose reports are a hash seed and one of a few buckets, so they stay small however many "
+        "labels there are."),
+}
+
+
 EXPERIMENTS = [
     Experiment(
         title="Binary experiment",
-        description=("The paper's binary experiment: 1000 owners answer a yes/no question (600 ones, 400 zeros). "
-                     "Ceiling 1.0 covers the RAPPOR noisy-sampling path eps_ns(1..10) with eps_alpha = 1, "
-                     "eps_beta = 0.5."),
+        description=BINARY_DESCRIPTION,
         attribute="answer", kind=Attribute.Kind.BINARY, labels=["0", "1"], counts={"0": 400, "1": 600},
         owner_prefix="demo-b-", demo_owner_label="1", ceiling=Decimal("1.0"),
         attribute_description="Your answer to a yes/no question: 1 means yes, 0 means no. Surveys ask this question."),
@@ -120,10 +143,12 @@ def _user(username: str, password: str, **fields) -> User:
 
 
 def demo_users() -> tuple[User, User]:
-    """demo-buyer (with 1000 of credit, one account and its ledger entry in one transaction) and demo-owner."""
+    """demo-buyer (approved, with 1000 of credit, one account and its ledger entry in one transaction) and
+    demo-owner."""
     with transaction.atomic():
         buyer = _user(BUYER, BUYER_PASSWORD, role=User.Role.BUYER, organisation=BUYER_ORGANISATION,
                       email="demo-buyer@example.org")
+        buyer = buyer_approve(buyer=buyer, notify=False)  # an account the operator made (docs/security.md)
         owner = _user(OWNER, OWNER_PASSWORD, role=User.Role.OWNER, email="demo-owner@example.org")
         if money_selectors.account_of(buyer, money_selectors.KIND_OF_ROLE["buyer"]) is None:
             money_topup(buyer=buyer, amount=BUYER_CREDIT, reason="Demo credit (load_demo)", by=None)
@@ -286,9 +311,9 @@ def _oneshot_demos() -> list[OneShotDemo]:
     return [
         OneShotDemo(
             title="Places visited (utility-optimized LDP)",
-            description=("Where 200 owners spent last evening. The clinic and the night club are sensitive and get "
-                         "full epsilon-LDP; the other places go through uRR with less noise. Owners may tag their "
-                         "value as personally sensitive (home, workplace)."),
+            description=("Where 200 owners spent last evening. The clinic and the night club are sensitive: they "
+                         "are always protected at the sale's ε. The other places get less noise and may be passed "
+                         "on exactly. Owners may mark their own answer as personally sensitive (home, workplace)."),
             attribute={"kind": Attribute.Kind.CATEGORICAL, "mechanism": Attribute.Mechanism.URR, "labels": places,
                        "sensitive": ["clinic", "night club"], "pum_tags": ["home", "workplace"]},
             name="place", owner_prefix="demo-u-", raws=tuple(places[i] for i in visits),
@@ -296,14 +321,16 @@ def _oneshot_demos() -> list[OneShotDemo]:
                                   "club are treated as sensitive."),
         OneShotDemo(
             title="Opinions (three states)",
-            description="150 owners' relation to a brand: none, likes or dislikes; sold through RR3.",
+            description=("150 owners' relation to a brand: none, likes or dislikes. Each sale reports one of the "
+                         "three, randomized."),
             attribute={"kind": Attribute.Kind.TERNARY, "mechanism": Attribute.Mechanism.RR3,
                        "labels": ["none", "likes", "dislikes"]},
             name="opinion", owner_prefix="demo-t-", raws=tuple(["none", "likes", "dislikes"][i] for i in states),
             attribute_description="What do you think of the brand? No opinion, you like it, or you dislike it."),
         OneShotDemo(
             title="Film ratings (bipartite graph)",
-            description="120 owners' ratings of five films, weights in [-1, 1]; sold through LPP‡.",
+            description=("120 owners' ratings of five films, from -1 (disliked) to 1 (liked). Each sale reports, "
+                         "randomized, whether an owner rated one film picked at random, and how."),
             attribute={"kind": Attribute.Kind.GRAPH, "mechanism": Attribute.Mechanism.LPP, "labels": items,
                        "num_items": len(items)},
             name="ratings", owner_prefix="demo-g-", raws=tuple(edges),
@@ -320,9 +347,9 @@ def _oneshot_demos() -> list[OneShotDemo]:
             attribute_description="How do you split your listening time between rock, jazz, classical and pop?"),
         OneShotDemo(
             title="Favourite products (1,000 labels, optimal local hashing)",
-            description=("3,000 owners' favourite among 1,000 products (a few popular, a long tail); sold through "
-                         "optimal local hashing (OLH), whose reports are a hash seed and one of a few buckets, so "
-                         "they stay small however many labels there are."),
+            description=("3,000 owners' favourite among 1,000 products (a few popular, a long tail). Each sale "
+                         "hashes the answer into one of a few buckets and randomizes the bucket, so reports stay "
+                         "small however many products there are."),
             attribute={"kind": Attribute.Kind.CATEGORICAL, "mechanism": Attribute.Mechanism.OLH,
                        "labels": products},
             name="favourite", owner_prefix="demo-h-", raws=tuple(products[i] for i in favourites),
@@ -353,12 +380,16 @@ def create_oneshot_demo(demo: OneShotDemo) -> bool:
 
 
 def describe_existing() -> int:
-    """Give the demo attributes loaded before they had descriptions their description (idempotent)."""
+    """Give the demo attributes loaded before they had descriptions their description, and the demo datasets still
+    described in the papers' terms their plain words (``REWORDED``); idempotent."""
     described = 0
     for title, name, text in ([(e.title, e.attribute, e.attribute_description) for e in EXPERIMENTS]
                               + [(HELD.title, HELD.attribute, HELD.attribute_description)]
                               + [(d.title, d.name, d.attribute_description) for d in _oneshot_demos()]):
         described += Attribute.objects.filter(dataset__title=title, name=name, description="").update(description=text)
+    now = {e.title: e.description for e in EXPERIMENTS} | {d.title: d.description for d in _oneshot_demos()}
+    for title, old in REWORDED.items():
+        described += Dataset.objects.filter(title=title, description=old).update(description=now[title])
     return described
 
 
@@ -392,11 +423,15 @@ def held_summary(held: HeldExperiment) -> list[str]:
     attribute = Attribute.objects.filter(dataset__title=held.title, name=held.attribute).first()
     if attribute is None:
         return [f"  {held.title}: missing"]
-    values = list(attribute.values.select_related("budget").order_by("id"))
-    owner_held = sum(v.custody == Value.Custody.OWNER for v in values)
-    chains = store.lengths_and_heads([(v.block_id, v.slot) for v in values if v.block_id is not None])
+    values = list(attribute.values.select_related("budget", "owner").order_by("id"))
+    held_values = [v for v in values if v.custody == Value.Custody.OWNER]
+    owner_held = len(held_values)
+    # the values the demo loaded (its owners'): the labels below are theirs; others were contributed since
+    since = [v for v in values if v.owner.username != OWNER and not v.owner.username.startswith(held.owner_prefix)]
+    since_held = sum(v.custody == Value.Custody.OWNER for v in since)
+    chains = store.lengths_and_heads([(v.block_id, v.slot) for v in held_values if v.block_id is not None])
     levels = Counter(from_micro(head) if length else None
-                     for length, head in (chains.get((v.block_id, v.slot), (0, 0)) for v in values))
+                     for length, head in (chains.get((v.block_id, v.slot), (0, 0)) for v in held_values))
     uploaded = ", ".join(f"{levels[level]} up to {_eps(level)}"
                          for level in sorted((k for k in levels if k is not None), reverse=True))
     if levels[None]:
@@ -404,8 +439,14 @@ def held_summary(held: HeldExperiment) -> list[str]:
     on_devices = ", ".join(f"{k}: {v}" for k, v in held.counts.items())
     start, step, stop = attribute.grid_start, attribute.grid_step, attribute.grid_stop
     ceilings = sorted({v.budget.ceiling for v in values})
-    lines = [f"  {held.title} / {attribute.name} ({attribute.kind}): {len(values)} values, {owner_held} held by "
-             f"their owners (on the devices, never sent: {on_devices})",
+    head = f"  {held.title} / {attribute.name} ({attribute.kind}): {len(values)} values"
+    if not since:
+        head += f", {owner_held} held by their owners (on the devices, never sent: {on_devices})"
+    else:  # the labels are those of the values the demo loaded: say what the others are, so the counts add up
+        head += (f": {len(values) - len(since)} loaded by the demo, held by their owners (on the devices, never "
+                 f"sent: {on_devices}), and {len(since)} contributed since ({since_held} held by their owners, "
+                 f"{len(since) - since_held} by the service)")
+    lines = [head,
              f"    epsilon grid {_eps(start)} to {_eps(stop)} step {_eps(step)}; fixed ceiling "
              f"{', '.join(_eps(c) for c in ceilings) or '-'}",
              f"    uploaded by the devices: {uploaded or 'nothing'}"]
@@ -426,9 +467,14 @@ def summary(base_url: str = BASE_URL) -> list[str]:
             values = attribute.values.select_related("budget")
             first = values.order_by("id").first()
             counts = label_counts(attribute)
+            total = values.count()
             per_label = ("sealed under another LDP_VALUE_KEY" if counts is None
                          else ", ".join(f"{k}: {v}" for k, v in counts.items()))
-            lines.append(f"  {dataset.title} / {attribute.name} ({attribute.kind}): {values.count()} values "
+            if counts is not None and sum(counts.values()) != total:  # values whose label the service lacks
+                held_here = values.filter(custody=Value.Custody.OWNER).count()
+                per_label += (f"; and {total - sum(counts.values())} without a label here: {held_here} held by "
+                              f"their owners, {total - sum(counts.values()) - held_here} whose raw value was deleted")
+            lines.append(f"  {dataset.title} / {attribute.name} ({attribute.kind}): {total} values "
                          f"({per_label})")
             lines.append(f"    epsilon grid {_eps(attribute.grid_start)} to {_eps(attribute.grid_stop)} "
                          f"step {_eps(attribute.grid_step)}")
@@ -460,7 +506,7 @@ def summary(base_url: str = BASE_URL) -> list[str]:
     credit = account.balance if account else None
     owner_titles = list(Value.objects.filter(owner__username=OWNER).order_by("id")
                         .values_list("attribute__dataset__title", flat=True))
-    credit_text = "no credit account" if credit is None else f"credit {credit:.2f} {settings.LDP_CURRENCY}"
+    credit_text = "no credit account" if credit is None else f"credit {format_money(credit)}"
     lines += [
         "",
         "Demo users:",
@@ -469,6 +515,7 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         f"{': one in each of ' + ', '.join(owner_titles) if owner_titles else ''})",
         "",
         "URLs:",
+        f"  {base_url}/   the landing page: what the service is, and links to everything below",
         f"  {base_url}/admin/    admin console (staff: create one with `manage.py createsuperuser`)",
         f"  {base_url}/health/   liveness",
         f"  {base_url}/api/v1/   buyer REST API (docs: {base_url}/api/docs/)",
@@ -492,6 +539,10 @@ class Command(BaseCommand):
                             help=f"where the service will answer, for the printed URLs (default {BASE_URL})")
 
     def handle(self, *args, **options):
+        with jobs.coalesced():  # the embedded set-up's checkpoints on commit: one at the end, not one per write
+            self._load(options)
+
+    def _load(self, options):
         _, owner = demo_users()
         describe_existing()
         for experiment in EXPERIMENTS:

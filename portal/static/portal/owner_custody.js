@@ -6,8 +6,10 @@
 // integer laws, crypto.getRandomValues) up to the upload level (default: the last grid point at or below the
 // ceiling), uploads only the epsilons and outputs (POST /api/v1/owner/values/{id}/chain/), keeps the label
 // index and the chain head in localStorage, and opens the value's page.
-// Value page: for an owner-held value whose ceiling passed its upload level (needs_upload), "Extend now"
-// draws from the stored head to the ceiling's last grid point and uploads.
+// Value page: says whether this browser holds the value (the server cannot know which device does: its badge says
+// "a device", this module "your device (this browser)" when it finds the value here); for an owner-held value
+// whose ceiling passed its upload level (needs_upload), "Extend now" draws from the stored head to the ceiling's
+// last grid point and uploads.
 //
 // Requests carry the session cookie and the CSRF token (DRF's SessionAuthentication).  An upload's draws are
 // stored (as "pending") before they are sent and reused until the service confirms them: draws the service
@@ -236,9 +238,12 @@ async function valuePage(section) {
       status.append(para(value.needs_upload
         ? `Sales above ε ${value.upload_level ?? 0} wait for the device that holds your value: ` +
           "this browser does not hold it."
-        : "This browser does not hold your value: the device you contributed from does."));
+        : "This browser does not hold your value: only the device that holds it can extend its chain."));
       return;
     }
+    // The service cannot tell which device holds the value (the page says "a device"); this browser can.
+    const badge = document.getElementById("custody-badge");
+    if (badge) badge.textContent = "Kept on your device (this browser)";
     const target = lastPointUpTo(gridOf(value.grid), toMicro(value.ceiling, "ceiling"));
     if (value.needs_upload || record.pending) {
       status.append(para(`This browser holds your value. The ceiling (ε ${value.ceiling}) is above what it ` +

@@ -33,7 +33,8 @@ def test_catalog_lists_datasets_with_every_kind_of_attribute(api, categorical, b
     assert cat["grid"] == {"start": "0.100000", "step": "0.100000", "stop": "10.000000"}
     assert cat["price_policy"] == {"points": [{"epsilon": "0.000000", "price": "0.0000"},
                                               {"epsilon": "1.000000", "price": "0.0100"},
-                                              {"epsilon": "10.000000", "price": "0.0500"}], "owner_share": "0.8000"}
+                                              {"epsilon": "10.000000", "price": "0.0500"}], "owner_share": "0.8000",
+                                   "currency": "EUR"}
     hist = {h["epsilon"]: h["available"] for h in cat["histogram"]}
     assert len(hist) == 100 and hist["0.100000"] == hist["2.000000"] == 60 and hist["2.100000"] == 0
     detail = api.get(f"/api/v1/datasets/{categorical.dataset_id}/?histogram=full").json()

@@ -22,7 +22,7 @@ def test_buyer_sees_balance_and_currency(api, buyer, settings):
     settings.LDP_CURRENCY = "CHF"
     r = api.get("/api/v1/account/")
     assert r.status_code == 200
-    assert r.json() == {"kind": "buyer_credit", "currency": "CHF", "balance": "100.00", "pending": "0.00"}
+    assert r.json() == {"kind": "buyer_credit", "currency": "CHF", "balance": "100.0000", "pending": "0.0000"}
 
 
 def test_statement_lists_every_movement_newest_first_with_signed_amounts(api, buyer, categorical):
@@ -34,8 +34,8 @@ def test_statement_lists_every_movement_newest_first_with_signed_amounts(api, bu
     assert set(body) >= {"next", "previous", "results"}
     rows = body["results"]
     assert [row["kind"] for row in rows] == ["purchase", "adjustment"]  # the factory's deposit is an adjustment
-    assert rows[0]["amount"] == f"{-price:.2f}" and rows[0]["purchase"] == r.json()["id"]
-    assert rows[0]["balance_after"] == f"{Decimal(100) - price:.2f}" == api.get("/api/v1/account/").json()["balance"]
+    assert rows[0]["amount"] == f"{-price:.4f}" and rows[0]["purchase"] == r.json()["id"]  # exact, 4 places
+    assert rows[0]["balance_after"] == f"{Decimal(100) - price:.4f}" == api.get("/api/v1/account/").json()["balance"]
     assert rows[0]["currency"] == "EUR" and set(rows[0]) >= {"id", "created_at", "memo"}
 
 
@@ -68,13 +68,13 @@ def test_owner_sees_earnings(categorical, api):
     c = client_for(owner)
     share = LedgerEntry.objects.get(value=values[0], kind="chain_release").earning
     assert share > 0  # before the settlement: pending, not yet in the balance
-    assert c.get("/api/v1/account/").json() == {"kind": "owner_earnings", "currency": "EUR", "balance": "0.00",
-                                                "pending": f"{share:.2f}"}
+    assert c.get("/api/v1/account/").json() == {"kind": "owner_earnings", "currency": "EUR", "balance": "0.0000",
+                                                "pending": f"{share:.4f}"}
     earnings_settle(shard=categorical.id)  # the owners paid, as the task enqueued on the purchase's commit does
     acct = c.get("/api/v1/account/").json()
     earned = MoneyAccount.objects.get(user=owner, kind="owner_earnings").balance
     assert earned == share
-    assert acct == {"kind": "owner_earnings", "currency": "EUR", "balance": f"{earned:.2f}", "pending": "0.00"}
+    assert acct == {"kind": "owner_earnings", "currency": "EUR", "balance": f"{earned:.4f}", "pending": "0.0000"}
     rows = c.get("/api/v1/account/statement/").json()["results"]
     assert [r["kind"] for r in rows] == ["earning"]
 
@@ -96,7 +96,7 @@ def test_staff_tops_up_by_username_or_id_once_per_key(buyer):
                HTTP_IDEMPOTENCY_KEY="t-1")
     assert r.status_code == 201, r.content
     body = r.json()
-    assert body["buyer"] == buyer.id and body["amount"] == "25.50" and body["balance_after"] == "125.50"
+    assert body["buyer"] == buyer.id and body["amount"] == "25.5000" and body["balance_after"] == "125.5000"
     assert body["reason"] == "invoice 42" and body["currency"] == "EUR" and body["id"] and body["created_at"]
     again = c.post(TOPUPS, {"buyer": buyer.id, "amount": "25.50", "reason": "invoice 42"}, format="json",
                    HTTP_IDEMPOTENCY_KEY="t-1")
@@ -152,3 +152,12 @@ def test_schema_documents_the_money_operations(tmp_path):
     text = out.read_text()
     for path in ("/api/v1/account/:", "/api/v1/account/statement/:", "/api/v1/staff/topups/:", "/api/v1/staff/fees/:"):
         assert path in text
+
+
+@pytest.mark.parametrize("since", ["%25", "100%25", "%25s", "%25(x)s"])
+def test_a_time_filter_holding_a_percent_sign_is_a_400_not_a_500(api, since):
+    """The fuzz test once found ``?since=%`` a 500: django-filter formats each message with ``%``, and the
+    message quotes the input (ldpmarket/fields.py, WhenField)."""
+    r = api.get(f"/api/v1/account/statement/?since={since}")
+    assert r.status_code == 400, r.content
+    assert "is not an ISO 8601 date" in r.json()["errors"]["since"][0]

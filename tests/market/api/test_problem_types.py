@@ -42,6 +42,9 @@ NOT_FROM_THE_API = {
     "ldpmarket.problems.MoneyError": "sent as invalid-input on the field amount",
     "ldpmarket.problems.NumberError": "sent as invalid-input on the field, a 404 for a path id",
     "ldpmarket.problems.PayoutRefused": "the owner portal, the admin and settle_payouts",
+    "ldpmarket.problems.SignUpRefused": "the buyer pages' sign-up (accounts.services.buyer_signup)",
+    "ldpmarket.problems.TokenRefused": "the buyer pages' token page (accounts.tokens.token_create)",
+    "ldpmarket.problems.NoSuchToken": "the buyer pages' token page (accounts.tokens.token_revoke)",
 }
 
 
