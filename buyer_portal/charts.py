@@ -47,10 +47,13 @@ def _svg_open(uid: str, width: int, height: int, title: str, description: str) -
 
 def frequencies_svg(rows: list[dict], *, uid: str = "estimate", title: str = "Estimated frequencies",
                     width: int = 720, height: int = 260) -> SafeString:
-    """Bars of ``rows`` (``label``, ``estimate``, ``ci95_low``, ``ci95_high``) with their intervals."""
+    """Bars of ``rows`` (``label``, ``estimate``, ``ci95_low``, ``ci95_high``) with their intervals; a consistent
+    estimate has none (``None``: docs/mechanisms-reference.md#consistent-estimates) and is drawn without them."""
     rows = rows[:MAX_BARS]
     if not rows:
         return mark_safe("")
+    rows = [r if r.get("ci95_low") is not None else {**r, "ci95_low": r["estimate"], "ci95_high": r["estimate"],
+                                                     "no_interval": True} for r in rows]
     lo = min([0.0] + [r["ci95_low"] for r in rows])
     hi = max([1.0 if max(r["ci95_high"] for r in rows) > 0.5 else 0.5] + [r["ci95_high"] for r in rows])
     step, lo, hi = _frame(lo, hi)
@@ -60,8 +63,8 @@ def frequencies_svg(rows: list[dict], *, uid: str = "estimate", title: str = "Es
     def y(v: float) -> float:
         return round(upper + (hi - v) / (hi - lo) * plot_h, 1)
 
-    desc = "; ".join(f"{r['label']}: {r['estimate']:.3f} (95% interval {r['ci95_low']:.3f} to {r['ci95_high']:.3f})"
-                     for r in rows)
+    desc = "; ".join(f"{r['label']}: {r['estimate']:.3f}" + ("" if r.get("no_interval") else
+                     f" (95% interval {r['ci95_low']:.3f} to {r['ci95_high']:.3f})") for r in rows)
     parts = _svg_open(uid, width, height, title, desc)
     v = lo
     while v <= hi + step / 1e6:
@@ -74,15 +77,17 @@ def frequencies_svg(rows: list[dict], *, uid: str = "estimate", title: str = "Es
     for i, r in enumerate(rows):
         cx = left + slot * (i + 0.5)
         top, bottom = sorted((y(r["estimate"]), y(0)))
-        label = (f"{r['label']}: estimate {r['estimate']:.4f}, 95% interval {r['ci95_low']:.4f} to "
-                 f"{r['ci95_high']:.4f}")
+        label = f"{r['label']}: estimate {r['estimate']:.4f}" + ("" if r.get("no_interval") else
+                                                                 f", 95% interval {r['ci95_low']:.4f} to "
+                                                                 f"{r['ci95_high']:.4f}")
         parts.append(f'<rect class="bar" x="{round(cx - bar / 2, 1)}" y="{top}" width="{round(bar, 1)}" '
                      f'height="{round(max(bottom - top, 0.5), 1)}"><title>{escape(label)}</title></rect>')
-        y1, y2 = y(r["ci95_low"]), y(r["ci95_high"])
-        cap = min(bar / 3, 10)
-        parts.append(f'<g class="error-bar"><line x1="{round(cx, 1)}" x2="{round(cx, 1)}" y1="{y1}" y2="{y2}"/>'
-                     f'<line x1="{round(cx - cap, 1)}" x2="{round(cx + cap, 1)}" y1="{y1}" y2="{y1}"/>'
-                     f'<line x1="{round(cx - cap, 1)}" x2="{round(cx + cap, 1)}" y1="{y2}" y2="{y2}"/></g>')
+        if not r.get("no_interval"):
+            y1, y2 = y(r["ci95_low"]), y(r["ci95_high"])
+            cap = min(bar / 3, 10)
+            parts.append(f'<g class="error-bar"><line x1="{round(cx, 1)}" x2="{round(cx, 1)}" y1="{y1}" '
+                         f'y2="{y2}"/><line x1="{round(cx - cap, 1)}" x2="{round(cx + cap, 1)}" y1="{y1}" y2="{y1}"/>'
+                         f'<line x1="{round(cx - cap, 1)}" x2="{round(cx + cap, 1)}" y1="{y2}" y2="{y2}"/></g>')
         if len(rows) <= 24:
             text = str(r["label"])
             text = text if len(text) <= 14 else text[:13] + "…"
@@ -94,7 +99,11 @@ def frequencies_svg(rows: list[dict], *, uid: str = "estimate", title: str = "Es
 
 def mean_svg(mean: dict, *, low: float, high: float, uid: str = "estimate-mean", title: str = "Estimated mean",
              width: int = 720, height: int = 110) -> SafeString:
-    """The mean (``estimate``, ``ci95_low``, ``ci95_high``) as a dot on ``[low, high]`` with its interval."""
+    """The mean (``estimate``, ``ci95_low``, ``ci95_high``) as a dot on ``[low, high]`` with its interval (none for
+    a consistent estimate, whose interval is ``None``)."""
+    interval = mean.get("ci95_low") is not None
+    if not interval:
+        mean = {**mean, "ci95_low": mean["estimate"], "ci95_high": mean["estimate"]}
     lo = min(low, mean["ci95_low"])
     hi = max(high, mean["ci95_high"])
     step, lo, hi = _frame(lo, hi)
@@ -103,7 +112,8 @@ def mean_svg(mean: dict, *, low: float, high: float, uid: str = "estimate-mean",
     def x(v: float) -> float:
         return round(left + (v - lo) / (hi - lo) * (width - left - right), 1)
 
-    desc = (f"Mean {mean['estimate']:.4g}, 95% interval {mean['ci95_low']:.4g} to {mean['ci95_high']:.4g}, "
+    desc = (f"Mean {mean['estimate']:.4g}, " + (f"95% interval {mean['ci95_low']:.4g} to {mean['ci95_high']:.4g}, "
+                                                 if interval else "") +
             f"on the attribute's range {_num(low)} to {_num(high)}.")
     parts = _svg_open(uid, width, height, title, desc)
     parts.append(f'<rect class="range" x="{x(low)}" y="{mid - 14}" width="{max(x(high) - x(low), 1)}" height="28">'
@@ -114,9 +124,10 @@ def mean_svg(mean: dict, *, low: float, high: float, uid: str = "estimate-mean",
         parts.append(f'<text class="tick" x="{x(v)}" y="{mid + 42}" text-anchor="middle">{_num(round(v, 6))}</text>')
         v += step
     a, b, m = x(mean["ci95_low"]), x(mean["ci95_high"]), x(mean["estimate"])
-    parts.append(f'<g class="error-bar"><line x1="{a}" x2="{b}" y1="{mid}" y2="{mid}"/>'
-                 f'<line x1="{a}" x2="{a}" y1="{mid - 9}" y2="{mid + 9}"/>'
-                 f'<line x1="{b}" x2="{b}" y1="{mid - 9}" y2="{mid + 9}"/></g>')
+    if interval:
+        parts.append(f'<g class="error-bar"><line x1="{a}" x2="{b}" y1="{mid}" y2="{mid}"/>'
+                     f'<line x1="{a}" x2="{a}" y1="{mid - 9}" y2="{mid + 9}"/>'
+                     f'<line x1="{b}" x2="{b}" y1="{mid - 9}" y2="{mid + 9}"/></g>')
     parts.append(f'<circle class="mean" cx="{m}" cy="{mid}" r="5"><title>{escape(desc)}</title></circle>')
     parts.append("</svg>")
     return mark_safe("".join(parts))

@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.views import LoginView, LogoutView, redirect_to_login
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils.http import urlencode
@@ -30,6 +30,7 @@ from accounts.services import buyer_signup
 from accounts.tokens import token_create, token_revoke, tokens_of
 from ldpmarket.problems import (
     DomainError,
+    EstimateMethodUnavailable,
     ParameterError,
     PurchaseInterrupted,
     QuoteInvalid,
@@ -252,13 +253,29 @@ def purchase_detail(request, purchase_id: int):
         raise Http404("No such purchase.")
     context = {"p": p, "progress": reads.progress(p), "estimate": None, "excluded": selectors.excluded_counts(p),
                "api_url": reverse("api:purchase-detail", kwargs={"pk": p.id})}
+    method = request.GET.get("method", "unbiased")
+    if method not in ESTIMATE_METHODS:
+        return HttpResponseBadRequest(f"Unknown estimate method {method[:40]!r}: give "
+                                      f"{', '.join(ESTIMATE_METHODS)} (docs/buyers.md).", content_type="text/plain")
     if p.status == Purchase.Status.COMPLETED and p.included > 0:
-        result = estimates.purchase_estimate(p)
+        try:
+            result = estimates.purchase_estimate(p, method=method)
+        except EstimateMethodUnavailable as exc:
+            messages.info(request, str(exc))
+            method, result = "unbiased", estimates.purchase_estimate(p)
         context["estimate"] = result
+        context["method"] = method
+        context["methods"] = [(m, ESTIMATE_METHODS[m], f"?method={m}") for m in ESTIMATE_METHODS]
         context.update(_charts(p, result))
         context["csv_url"] = f"{reverse('api:purchase-outputs', kwargs={'pk': p.id})}?format=csv"
-        context["json_url"] = f"{reverse('api:purchase-estimate', kwargs={'pk': p.id})}?format=json"
+        context["json_url"] = (f"{reverse('api:purchase-estimate', kwargs={'pk': p.id})}?format=json"
+                               + ("" if method == "unbiased" else f"&method={method}"))
     return render(request, "buyer_portal/purchase.html", context)
+
+
+#: The estimates a purchase's page offers (docs/mechanisms-reference.md#consistent-estimates), as the API names them.
+ESTIMATE_METHODS = {"unbiased": "Unbiased, with 95% intervals", "norm_sub": "Consistent: Norm-Sub",
+                    "ibu": "Consistent: maximum likelihood (IBU)"}
 
 
 def _charts(p: Purchase, result: dict) -> dict:

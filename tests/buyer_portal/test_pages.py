@@ -445,3 +445,23 @@ def test_one_shot_attributes_are_shown_quoted_and_bought_or_refused_in_words(cli
     response = client.get(f"/buyer/purchases/{p.id}/")
     assert response.status_code == 200
     assert "Estimate from 4 outputs" in check_page(response)
+
+
+
+def test_the_purchase_page_offers_the_consistent_estimates(client, buyer, attribute, values):
+    """Unbiased (the default, with intervals), Norm-Sub and IBU (docs/mechanisms-reference.md#consistent-estimates):
+    the chosen one is drawn without error bars, its rows have no interval, and its JSON download names it."""
+    p = _bought(client, buyer, attribute)
+    text = check_page(client.get(f"/buyer/purchases/{p.id}/"))
+    assert 'href="?method=ibu"' in text and 'href="?method=norm_sub"' in text
+    assert '<strong aria-current="page">Unbiased, with 95% intervals</strong>' in text
+    for method in ("norm_sub", "ibu"):
+        text = check_page(client.get(f"/buyer/purchases/{p.id}/?method={method}"))
+        assert 'id="consistent-note"' in text and '<g class="error-bar">' not in text
+        assert f"/api/v1/purchases/{p.id}/estimate/?format=json&amp;method={method}" in text
+        api = client.get(f"/api/v1/purchases/{p.id}/estimate/?method={method}").json()
+        shown = [float(x) for x in re.findall(r'<td class="num">(-?[0-9.]+)</td><td class="num">—</td>', text)]
+        assert shown == pytest.approx([round(f["estimate"], 4) for f in api["frequencies"]], abs=1e-4)
+        assert sum(f["estimate"] for f in api["frequencies"]) == pytest.approx(1.0)
+    bad = client.get(f"/buyer/purchases/{p.id}/?method=mle")
+    assert bad.status_code == 400 and b"norm_sub" in bad.content

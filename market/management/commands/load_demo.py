@@ -451,8 +451,8 @@ def held_summary(held: HeldExperiment) -> list[str]:
              f"{', '.join(_eps(c) for c in ceilings) or '-'}",
              f"    uploaded by the devices: {uploaded or 'nothing'}"]
     policy = PricePolicy.parse(attribute.price_policy)
-    lines.append(f"    price per value: {policy.price(Decimal('0.5'))} at epsilon 0.5, "
-                 f"{policy.price(Decimal('1'))} at 1.0 (owners get {policy.owner_share:.0%})")
+    lines.append(f"    price per value: {format_money(policy.price(Decimal('0.5')))} at epsilon 0.5, "
+                 f"{format_money(policy.price(Decimal('1')))} at 1.0 (owners get {policy.owner_share:.0%})")
     return lines
 
 
@@ -479,8 +479,8 @@ def summary(base_url: str = BASE_URL) -> list[str]:
             lines.append(f"    epsilon grid {_eps(attribute.grid_start)} to {_eps(attribute.grid_stop)} "
                          f"step {_eps(attribute.grid_step)}")
             policy = PricePolicy.parse(attribute.price_policy)
-            lines.append(f"    price per value: {policy.price(Decimal('0.5'))} at epsilon 0.5, "
-                         f"{policy.price(Decimal('1'))} at 1.0 (owners get {policy.owner_share:.0%})")
+            lines.append(f"    price per value: {format_money(policy.price(Decimal('0.5')))} at epsilon 0.5, "
+                         f"{format_money(policy.price(Decimal('1')))} at 1.0 (owners get {policy.owner_share:.0%})")
             if first is not None:
                 b = first.budget
                 if b.scheduled:
@@ -524,7 +524,9 @@ def summary(base_url: str = BASE_URL) -> list[str]:
         f"POST /api/v1/auth/logout/ revokes it)",
         f"  {base_url}/api/v1/owner/values/   owner API: your values with both guarantees, owner-held "
         f"contributions and chain uploads (docs/custody.md; the owner SDK: ldpmarket-client owner ...)",
-        f"  {base_url}/portal/   owner portal",
+        f"  {base_url}/portal/   owner portal (sign up at {base_url}/portal/signup/)",
+        f"  {base_url}/buyer/   buyer portal (sign up at {base_url}/buyer/signup/; an operator approves new buyers: "
+        f"manage.py approve_buyer, or the admin's Users page)",
     ]
     return lines
 
