@@ -158,10 +158,11 @@ def _sample_ids(ids: np.ndarray, k: int, rng) -> np.ndarray:
     return np.sort(ids[np.argpartition(keys, k)[:k]])
 
 
-def stay_probability(eps_from: int, eps_to: int, m: int) -> Fraction:
+def stay_probability(eps_from: int, eps_to: int, m: int, divisor: int = 1) -> Fraction:
     """Exact ``Pr(o2 = o1)`` between a chain's points at micro-epsilons ``eps_from < eps_to``, for every true value:
-    ``keep(e1) p_aa + (1 - keep(e1)) p_bb`` (module docstring) from the integer laws the samplers draw from."""
-    e1, e2 = draw_epsilon(eps_from), draw_epsilon(eps_to)
+    ``keep(e1) p_aa + (1 - keep(e1)) p_bb`` (module docstring) from the integer laws the samplers draw from, each
+    output drawn at ``epsilon / divisor`` (``Attribute.draw_divisor``: a string's Bloom bits)."""
+    e1, e2 = draw_epsilon(eps_from, divisor), draw_epsilon(eps_to, divisor)
     cells = krr_cells(e1, m)
     keep = Fraction(cells.keep, cells.total)
     kept, moved = step_weights(e1, e2, m)
@@ -177,7 +178,8 @@ def _owner_held_steps(attribute, out: AttributeAudit, sample: int, rng) -> None:
     held = np.array(list(Value.objects.filter(attribute=attribute, custody=Value.Custody.OWNER, block__isnull=False)
                          .values_list("id", flat=True)), dtype=np.int64)
     out.owner_held = int(held.size)
-    if held.size == 0 or attribute.width != 1:
+    width = attribute.width
+    if held.size == 0 or (width != 1 and attribute.kind != Attribute.Kind.STRING):
         return
     rows = list(Value.objects.filter(id__in=_sample_ids(held, sample, rng).tolist()).order_by("id")
                 .values_list("block_id", "slot"))
@@ -188,9 +190,11 @@ def _owner_held_steps(attribute, out: AttributeAudit, sample: int, rng) -> None:
     if eps.size < 2:
         return
     present, outputs = store.grid_of_points(attribute, blocks, block_ids, slots, eps)
-    outputs = outputs[:, :, 0]
-    last_eps = np.full(len(rows), -1, dtype=np.int64)
-    last_out = np.full(len(rows), -1, dtype=np.int64)
+    # one chain per output: a string's Bloom bits are independent binary chains, tested together
+    outputs = outputs.transpose(0, 2, 1).reshape(len(rows) * width, eps.size)
+    present = np.repeat(present, width, axis=0)
+    last_eps = np.full(outputs.shape[0], -1, dtype=np.int64)
+    last_out = np.full(outputs.shape[0], -1, dtype=np.int64)
     pairs, stays = [], []
     for j in range(eps.size):  # each chain's consecutive stored points (e1, e2) and whether the output stayed
         here = present[:, j] & (last_eps >= 0)
@@ -205,9 +209,10 @@ def _owner_held_steps(attribute, out: AttributeAudit, sample: int, rng) -> None:
     m = attribute.domain_size
     for k in tested.tolist():
         e1, e2 = int(keys[k] >> 32), int(keys[k] & ((1 << 32) - 1))
-        p = stay_probability(e1, e2, m)
+        p = stay_probability(e1, e2, m, attribute.draw_divisor)
         res = binomtest(int(stayed[k]), int(counts[k]), float(p))
-        out.steps.append({"eps_from": str(draw_epsilon(e1)), "eps_to": str(draw_epsilon(e2)), "n": int(counts[k]),
+        out.steps.append({"eps_from": str(draw_epsilon(e1, attribute.draw_divisor)),
+                          "eps_to": str(draw_epsilon(e2, attribute.draw_divisor)), "n": int(counts[k]),
                           "stayed": int(stayed[k]), "expected": float(p), "p_value": float(res.pvalue),
                           "flag": bool(res.pvalue < LEAK_LEVEL / max(1, tested.size))})
 

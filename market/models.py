@@ -179,9 +179,13 @@ class Attribute(models.Model):
     @property
     def supports_owner_custody(self) -> bool:
         """Whether owners may keep their value on their device (docs/custody.md): a gradual-release chain of one
-        k-RR output per value over the attribute's labels (categorical and binary attributes)."""
-        return (not self.is_oneshot and self.kind in (self.Kind.CATEGORICAL, self.Kind.BINARY)
-                and self.width == 1 and self.draw_divisor == 1)
+        k-RR output per value over the attribute's labels (categorical and binary attributes), of the discretized
+        bit (numeric), or one binary chain per Bloom bit drawn at ``epsilon / draw_divisor`` (strings)."""
+        if self.is_oneshot:
+            return False
+        if self.kind in (self.Kind.NUMERIC, self.Kind.STRING):
+            return True
+        return self.kind in (self.Kind.CATEGORICAL, self.Kind.BINARY) and self.width == 1 and self.draw_divisor == 1
 
     @property
     def domain_labels(self) -> list[str]:

@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     owner = p.add_subparsers(dest="owner_verb", required=True, metavar="OWNER_VERB")
     o = owner.add_parser("contribute", help="contribute a value kept on this machine and upload its chain")
     o.add_argument("--attribute", type=int, required=True, help="the attribute's id")
-    o.add_argument("--value", required=True, help="your value: one of the attribute's labels (never uploaded)")
+    o.add_argument("--value", required=True, help="your value: one of the attribute's labels, a number in its bounds "
+                                                   "(numeric) or a text (string); never uploaded")
     o.add_argument("--ceiling", required=True, help="the most epsilon sales of this value may spend, e.g. 1")
     o.add_argument("--upload-to", help="draw and upload the chain up to this epsilon (default: the ceiling's "
                                        "last grid point; above the ceiling is allowed and never sold)")

@@ -14,10 +14,18 @@ start, then one relaxation step per grid point up to the *upload level*, and upl
 outputs (``POST /api/v1/owner/values/{id}/chain/``).  The service then holds an upload-level view of the value
 and nothing more; growing the chain above it needs this machine again (:meth:`Owner.extend`).
 
+**Numeric and string values** (docs/custody.md).  A number is discretized once, here, when the service has made
+the value (:func:`ldpmarket_client.sampler.discretize`: ``z`` = 1 (high) with probability ``(x - low)/(high -
+low)``); ``z`` is kept in the state file, never sent, and the chain uploaded is ``z``'s binary chain.  A string is
+hashed here into its Bloom filter (the attribute's ``num_bits`` and ``num_hashes``, the value's ``cohort``, which the
+service chose) and each bit's chain is drawn at ``epsilon / draw_divisor``; the upload carries one text of
+``num_bits`` characters 0/1 per epsilon.  Neither the number, nor ``z``, nor the string, nor its Bloom filter is
+sent.
+
 **The state file** (``state``; the CLI's default is ``owner-state.json`` in the user's data directory) holds, per
-value, the raw value, the chain's head (its last epsilon and output) and the points drawn but not yet
-acknowledged by the service.  It is the only copy of the raw value: keep it (and back it up) like a key.  It is
-created readable by the user only (0600) and always replaced atomically (a temporary file, then
+value, the raw value (and a number's ``z``), the chain's head (its last epsilon and output) and the points drawn
+but not yet acknowledged by the service.  It is the only copy of the raw value: keep it (and back it up) like a
+key.  It is created readable by the user only (0600) and always replaced atomically (a temporary file, then
 ``os.replace``).  Drawn points are saved *before* they are sent and re-sent unchanged after a failure, so the
 service never sees two different draws at one epsilon.
 """
@@ -248,14 +256,15 @@ class Owner:
     # ----------------------------------------------------------------------------------------- contribute
 
     def contribute(self, attribute: int, value, *, ceiling, upload_to=None) -> dict:
-        """Contribute ``value`` (one of the attribute's labels) for ``attribute`` with a fixed ``ceiling``, held
-        on this machine: the service receives no raw value, only the chain drawn here from the grid start up
-        to ``upload_to`` (default: the ceiling's last grid point; it may be above the ceiling, docs/custody.md
-        "Pre-generating costs nothing").  Returns the service's view of the value after the upload.  Refused
-        (:class:`OwnerError`, nothing sent) when you already have a value of ``attribute``, here or elsewhere: the
-        service keeps one per owner and attribute."""
+        """Contribute ``value`` (one of the attribute's labels; a number in ``[low, high]`` for a numeric
+        attribute, a text for a string attribute) for ``attribute`` with a fixed ``ceiling``, held on this machine:
+        the service receives no raw value, only the chain drawn here from the grid start up to ``upload_to``
+        (default: the ceiling's last grid point; it may be above the ceiling, docs/custody.md "Pre-generating
+        costs nothing").  Returns the service's view of the value after the upload.  Refused
+        (:class:`OwnerError`, nothing sent) when you already have a value of ``attribute``, here or elsewhere:
+        the service keeps one per owner and attribute."""
         attribute = int(attribute)
-        label = str(value)
+        label = value if isinstance(value, str) else _number(value)
         ceiling_text = _number(ceiling)
         to_micro(ceiling_text, "ceiling")
         target = None if upload_to is None else to_micro(upload_to, "upload_to")
@@ -274,7 +283,11 @@ class Owner:
         found = self._catalog_attribute(attribute)  # checked before anything is made on the service
         if found is not None:
             labels = [str(x) for x in found.get("labels") or []]
-            if labels and label not in labels:
+            if found.get("kind") == "numeric" and found.get("bounds"):
+                _check_number(label, found["bounds"]["low"], found["bounds"]["high"], attribute)
+            elif found.get("kind") == "string":
+                _check_text(label, attribute)
+            elif labels and label not in labels:
                 raise OwnerError(f"{label!r} is not a label of attribute {attribute}: one of {labels}")
             if target is not None and found.get("grid"):
                 Grid.of(found["grid"]).upload_points(None, target)
@@ -343,13 +356,30 @@ class Owner:
         if server.get("custody") != "owner":
             raise OwnerError(f"value {server['id']} is held by the service, not by this machine")
         labels = [str(x) for x in server["labels"]]
-        entry = {"attribute": server["attribute"], "attribute_name": server.get("attribute_name"),
+        kind = server.get("kind") or "categorical"
+        entry = {"attribute": server["attribute"], "attribute_name": server.get("attribute_name"), "kind": kind,
                  "labels": labels, "m": int(server["m"]), "grid": server["grid"], "value": label,
                  "head": None, "pending": None}
+        refused = None
+        if kind == "numeric":
+            entry.update(low=server["low"], high=server["high"], z=None)
+            try:
+                _check_number(label, server["low"], server["high"], server["attribute"], entry)
+            except OwnerError as exc:
+                refused = exc
+            else:  # discretized once, here, and kept: never drawn again, never sent (docs/custody.md)
+                entry["z"] = sampler.discretize(label, server["low"], server["high"], self.words)
+        elif kind == "string":
+            entry.update(num_bits=int(server["num_bits"]), num_hashes=int(server["num_hashes"]),
+                         cohort=int(server["cohort"]), draw_divisor=int(server["draw_divisor"]))
         data["values"][str(server["id"])] = entry
         data["contributing"].pop(str(server["attribute"]), None)
         self.state.save(data)
-        if label not in labels:
+        if refused is not None:
+            raise refused
+        if kind == "string":
+            _check_text(label, server["attribute"])
+        elif kind != "numeric" and label not in labels:
             raise OwnerError(f"{label!r} is not a label of attribute {server['attribute']} (labels {labels}); "
                              f"value {server['id']} was made without a chain")
         return entry
@@ -416,16 +446,38 @@ class Owner:
         if not points:
             return server, sent
         epsilons = [epsilon_text(p) for p in points]
-        index = entry["labels"].index(entry["value"])
-        m = int(entry["m"])
-        if head is None:
-            outputs = sampler.chain(index, [Decimal(e) for e in epsilons], m, self.words)
-        else:
-            outputs = sampler.extend_chain(index, Decimal(head["epsilon"]), int(head["output"]),
-                                           [Decimal(e) for e in epsilons], m, self.words)
+        outputs = self._draw(entry, head, epsilons)
         entry["pending"] = {"epsilons": epsilons, "outputs": outputs}
         self.state.save(data)  # before sending: a retry re-sends these very points
         return self._send_pending(data, entry, server), sent + epsilons
+
+    def _draw(self, entry: dict, head: dict | None, epsilons: list[str]) -> list:
+        """The outputs of the chain's next points: label indices (categorical, binary), the bits of ``z``'s chain
+        (numeric), or texts of the Bloom bits' outputs (string, docs/custody.md#uploads)."""
+        kind = entry.get("kind") or "categorical"
+        if kind == "string":
+            if not entry["value"] or len(entry["value"]) > MAX_STRING:
+                raise OwnerError(f"value of attribute {entry['attribute']}: not a text of 1 to {MAX_STRING} characters")
+            bits = sampler.bloom_bits(entry["value"], int(entry["cohort"]), int(entry["num_bits"]),
+                                      int(entry["num_hashes"]))
+            divisor = int(entry["draw_divisor"])
+            if head is None:
+                rows = sampler.bits_chain(bits, epsilons, divisor, self.words)
+            else:
+                rows = sampler.extend_bits_chain(bits, head["epsilon"], [int(c) for c in head["output"]], epsilons,
+                                                 divisor, self.words)
+            return ["".join(str(b) for b in row) for row in rows]
+        if kind == "numeric":
+            if entry.get("z") not in (0, 1):
+                raise OwnerError(f"value of attribute {entry['attribute']}: {entry['value']!r} was never discretized "
+                                 f"(not a number in [{entry['low']}, {entry['high']}])")
+            value, m = int(entry["z"]), 2
+        else:
+            value, m = entry["labels"].index(entry["value"]), int(entry["m"])
+        if head is None:
+            return sampler.chain(value, [Decimal(e) for e in epsilons], m, self.words)
+        return sampler.extend_chain(value, Decimal(head["epsilon"]), int(head["output"]),
+                                    [Decimal(e) for e in epsilons], m, self.words)
 
     def _send_pending(self, data: dict, entry: dict, server: dict) -> dict:
         pending = entry["pending"]
@@ -439,6 +491,27 @@ class Owner:
         entry["head"], entry["pending"] = last, None
         self.state.save(data)
         return server
+
+
+#: The longest string value (the service's ``market.values.inputs.MAX_STRING``).
+MAX_STRING = 200
+
+
+def _check_number(text: str, low, high, attribute, entry: dict | None = None) -> None:
+    """Refuse (``OwnerError``) a numeric value that is not a plain decimal number in ``[low, high]``."""
+    try:
+        x = Decimal(str(text).strip())
+        ok = x.is_finite() and Decimal(str(low)) <= x <= Decimal(str(high))
+    except InvalidOperation:
+        ok = False
+    if not ok:
+        raise OwnerError(f"{text!r} is not a number between {low} and {high} (attribute {attribute})"
+                         + ("" if entry is None else ": the value was made without a chain"))
+
+
+def _check_text(text: str, attribute) -> None:
+    if not isinstance(text, str) or not text or len(text) > MAX_STRING:
+        raise OwnerError(f"a value of the string attribute {attribute} is a text of 1 to {MAX_STRING} characters")
 
 
 def _same_head(server_head: str | None, local: dict | None) -> bool:

@@ -37,11 +37,22 @@ is ``top word // top_width`` when the others' width is a whole number of top wor
 redrawn when ``>= k``), or 0 when there is one other value; the others are the labels other than ``first``
 and ``second`` in increasing order.
 
+**Numeric and string values** (docs/custody.md).  A number ``x`` in ``[low, high]`` is discretized once
+(:func:`discretize`, the server's ``mechanisms.numeric.discretize`` for one value): ``p = (x - low)/(high - low)``
+in binary64 clipped to ``[0, 1]``, ``T = floor(p 2^64)``, and from one word ``u``: ``z = 1`` (high) iff ``u < T``,
+always 1 at ``p = 1``; the device keeps ``z`` and draws the binary chain of ``z``.  A string is hashed into its
+Bloom filter (:func:`bloom_bits`, the server's ``mechanisms.rappor.bloom_bits``: SHAKE-256 of
+``"<cohort>:<string>"``, 8-byte big-endian words modulo ``num_bits``) and each bit gets its own binary chain,
+bit 0 first, every output drawn at ``epsilon / draw_divisor`` (:func:`draw_epsilon`, 40 digits rounded down,
+the server's ``market.chains.grow.draw_epsilon``) (:func:`bits_chain`, :func:`extend_bits_chain`).
+
 Randomness: ``words`` is any object with a ``words(n)`` method returning ``n`` integers in ``[0, 2^64)``;
 the default is :class:`OSWords`, the operating system's CSPRNG (``os.urandom``), as docs/custody.md asks.
 """
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
@@ -58,7 +69,8 @@ SAMPLER_EPS_MAX = 30
 CELL_DIGITS = 60
 
 __all__ = ["OSWords", "Marginal", "RowWeights", "exp_lower", "exact_epsilon", "krr_cells", "step_weights",
-           "uniform_below", "draw_weighted", "krr", "relax", "chain", "extend_chain"]
+           "uniform_below", "draw_weighted", "krr", "relax", "chain", "extend_chain", "discretize", "bloom_bits",
+           "draw_epsilon", "bits_chain", "extend_bits_chain"]
 
 
 # ---------------------------------------------------------------- randomness
@@ -341,3 +353,72 @@ def chain(value: int, epsilons, m: int, words=None) -> list[int]:
         raise ValueError("epsilons must not be empty")
     first = krr(value, eps[0], m, words)
     return [first] + extend_chain(value, eps[0], first, eps[1:], m, words)
+
+
+# ---------------------------------------------------------------- numeric and string values
+
+_DRAW = Context(prec=40, rounding=ROUND_FLOOR)
+
+
+def draw_epsilon(eps, divisor: int = 1) -> Decimal:
+    """The epsilon each output is drawn at for a release at ``eps`` (a decimal with at most 6 places): ``eps /
+    divisor`` at 40 digits rounded down (the server's ``market.chains.grow.draw_epsilon``)."""
+    if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 1:
+        raise ValueError(f"divisor must be a positive integer, got {divisor!r}")
+    micro = exact_epsilon(eps).scaleb(6)
+    if micro != micro.to_integral_value():
+        raise ValueError(f"a release epsilon has at most 6 decimal places, got {eps!r}")
+    return _DRAW.divide(Decimal(int(micro)), 10 ** 6 * divisor)
+
+
+def discretize(x, low, high, words=None) -> int:
+    """``z`` of a number ``x`` in ``[low, high]``: 1 (high) with probability ``(x - low)/(high - low)``, else 0
+    (the server's ``mechanisms.numeric.discretize`` for one value, bit for bit: module docstring).  Always takes
+    one word.  ``x``, ``low`` and ``high`` are read as binary64 (decimal strings rounded correctly)."""
+    xs, lo, hi = (float(Decimal(str(v).strip())) if isinstance(v, (str, Decimal)) else float(v)
+                  for v in (x, low, high))
+    if not all(math.isfinite(v) for v in (xs, lo, hi)) or not lo < hi or not math.isfinite(hi - lo):
+        raise ValueError(f"need finite bounds low < high, got {low!r}, {high!r}")
+    if not lo <= xs <= hi:
+        raise ValueError(f"the value must lie in [{low}, {high}], got {x!r}")
+    p = min(max((xs - lo) / (hi - lo), 0.0), 1.0)
+    u = _take(words, 1)[0]
+    if p >= 1.0:
+        return 1
+    return int(u < int(math.floor(p * 18446744073709551616.0)))
+
+
+def bloom_bits(string: str, cohort: int, num_bits: int, num_hashes: int) -> list[int]:
+    """The Bloom filter of ``string`` in ``cohort``: ``num_bits`` bits (0/1), set at the ``num_hashes`` positions
+    given by 8-byte big-endian words of SHAKE-256 of ``f"{cohort}:{string}"`` (UTF-8), each modulo ``num_bits``
+    (the server's ``mechanisms.rappor.bloom_bits``)."""
+    for name, v, least in (("cohort", cohort, 0), ("num_bits", num_bits, 1), ("num_hashes", num_hashes, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{name} must be an integer of at least {least}, got {v!r}")
+    if not isinstance(string, str):
+        raise ValueError(f"the value must be a text, got {string!r}")
+    digest = hashlib.shake_256(f"{cohort}:{string}".encode("utf-8")).digest(8 * num_hashes)
+    bits = [0] * num_bits
+    for j in range(num_hashes):
+        bits[int.from_bytes(digest[8 * j:8 * j + 8], "big") % num_bits] = 1
+    return bits
+
+
+def bits_chain(bits, epsilons, divisor: int = 1, words=None) -> list[list[int]]:
+    """A binary chain per bit of ``bits`` through the release epsilons ``epsilons``, each output drawn at
+    ``draw_epsilon(eps, divisor)``, bit 0's whole chain first: one list of ``len(bits)`` outputs per epsilon."""
+    eps = [draw_epsilon(e, divisor) for e in epsilons]
+    per_bit = [chain(_check_label(b, 2, "a bit"), eps, 2, words) for b in bits]
+    return [list(row) for row in zip(*per_bit)]
+
+
+def extend_bits_chain(bits, head_epsilon, head_outputs, epsilons, divisor: int = 1, words=None) -> list[list[int]]:
+    """Continue :func:`bits_chain` from its head (the release epsilon ``head_epsilon`` and the outputs there),
+    bit by bit: one list of ``len(bits)`` outputs per new epsilon."""
+    if len(head_outputs) != len(bits):
+        raise ValueError(f"the head has {len(head_outputs)} outputs for {len(bits)} bits")
+    head = draw_epsilon(head_epsilon, divisor)
+    eps = [draw_epsilon(e, divisor) for e in epsilons]
+    per_bit = [extend_chain(_check_label(b, 2, "a bit"), head, int(h), eps, 2, words)
+               for b, h in zip(bits, head_outputs)]
+    return [list(row) for row in zip(*per_bit)]

@@ -55,8 +55,20 @@ class OwnerValueSerializer(serializers.Serializer):
     attribute_name = serializers.CharField()
     dataset = serializers.CharField()
     custody = serializers.ChoiceField(choices=Value.Custody.choices)
+    kind = serializers.CharField(help_text="The attribute's kind: categorical, binary, numeric or string (owner "
+                                           "custody), or another kind (service custody only).")
     labels = serializers.ListField(child=serializers.CharField())
     m = serializers.IntegerField(help_text="The number of labels: outputs are label indices 0..m-1.")
+    width = serializers.IntegerField(help_text="Outputs per chain point: 1, or num_bits for a string (one text of "
+                                               "num_bits characters 0/1 per point, docs/custody.md#uploads).")
+    draw_divisor = serializers.IntegerField(help_text="Each output is drawn at epsilon / draw_divisor: 2 num_hashes "
+                                                      "for a string, else 1.")
+    low = serializers.CharField(required=False, help_text="Numeric: the lower bound (discretized to output 0).")
+    high = serializers.CharField(required=False, help_text="Numeric: the upper bound (discretized to output 1).")
+    num_bits = serializers.IntegerField(required=False, help_text="String: the Bloom filter's bits.")
+    num_hashes = serializers.IntegerField(required=False, help_text="String: the Bloom filter's hashes.")
+    cohort = serializers.IntegerField(required=False, help_text="String: the value's RAPPOR cohort, which the "
+                                                                "device hashes with (docs/custody.md).")
     grid = GridSerializer()
     ceiling = serializers.CharField()
     loss = serializers.CharField()
@@ -99,7 +111,8 @@ class ChainUploadSerializer(serializers.Serializer):
                                                "start (first upload) or from the one after the stored head, the last "
                                                "one possibly between grid points (the upload level).")
     outputs = serializers.ListField(child=serializers.JSONField(), min_length=1, max_length=MAX_UPLOAD,
-                                    help_text="One per epsilon: a label index 0..m-1 or a label.")
+                                    help_text="One per epsilon: a label index 0..m-1 or a label; for a string "
+                                              "attribute a text of num_bits characters 0/1 (docs/custody.md#uploads).")
 
     def validate_epsilons(self, data):
         out = []
@@ -110,7 +123,9 @@ class ChainUploadSerializer(serializers.Serializer):
                 raise serializers.ValidationError(str(exc)) from None
         return out
 
-    def outputs_for(self, attribute: Attribute) -> list[int]:
+    def outputs_for(self, attribute: Attribute) -> list:
+        if attribute.kind == Attribute.Kind.STRING:  # texts of bits, checked by the service (CustodyRefused)
+            return list(self.validated_data["outputs"])
         labels = attribute.domain_labels
         out = []
         for k, o in enumerate(self.validated_data["outputs"]):
@@ -139,8 +154,9 @@ def payload(row: ValueRow) -> dict:
         needs = to_micro(head or 0) < target
     return {
         "id": value.id, "attribute": attribute.id, "attribute_name": attribute.name,
-        "dataset": attribute.dataset.title, "custody": value.custody, "labels": attribute.domain_labels,
-        "m": attribute.domain_size,
+        "dataset": attribute.dataset.title, "custody": value.custody, "kind": attribute.kind,
+        "labels": attribute.domain_labels, "m": attribute.domain_size, "width": attribute.width,
+        "draw_divisor": attribute.draw_divisor, **_shape(attribute, value),
         "grid": {"start": _text(attribute.grid_start), "step": _text(attribute.grid_step),
                  "stop": _text(attribute.grid_stop)},
         "ceiling": _text(budget.ceiling), "loss": _text(budget.loss),
@@ -149,6 +165,15 @@ def payload(row: ValueRow) -> dict:
         "needs_upload": needs, "paused": budget.paused, "releases": row.releases,
         "earned": machine_amount(row.earned), "currency": currency(),
     }
+
+
+def _shape(attribute: Attribute, value: Value) -> dict:
+    """What a device needs besides the labels: a numeric attribute's bounds, a string's Bloom filter and cohort."""
+    if attribute.kind == Attribute.Kind.NUMERIC:
+        return {"low": format(attribute.low.normalize(), "f"), "high": format(attribute.high.normalize(), "f")}
+    if attribute.kind == Attribute.Kind.STRING:
+        return {"num_bits": attribute.num_bits, "num_hashes": attribute.num_hashes, "cohort": value.cohort}
+    return {}
 
 
 def _text(d) -> str:

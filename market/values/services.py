@@ -5,6 +5,7 @@ work is enqueued only on commit.
 """
 from __future__ import annotations
 
+import numbers
 from datetime import datetime
 
 import numpy as np
@@ -24,6 +25,7 @@ from market.chains import store
 from market.models import Attribute, Value
 from market.values import inputs as domain
 from market.values import sealing
+from mechanisms.random import uniform_below
 
 
 def values_create_many(*, attribute: Attribute, owners: list[User], raws: list | None, ceiling=None,
@@ -46,7 +48,8 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list |
     if (ceiling is None) == (schedule is None):
         raise BudgetError("Give either a fixed ceiling or a schedule.")
     if custody == Value.Custody.OWNER:
-        return _values_create_held(attribute=attribute, owners=owners, ceiling=ceiling, schedule=schedule, now=now)
+        return _values_create_held(attribute=attribute, owners=owners, ceiling=ceiling, schedule=schedule, now=now,
+                                   rng=rng)
     if custody != Value.Custody.SERVICE:
         raise BudgetError(f"Custody must be 'service' or 'owner', not {custody!r}.")
     if raws is None or len(owners) != len(raws):
@@ -94,22 +97,28 @@ def values_create_many(*, attribute: Attribute, owners: list[User], raws: list |
 
 
 def _values_create_held(*, attribute: Attribute, owners: list[User], ceiling, schedule: Schedule | None,
-                        now: datetime | None) -> list[Value]:
-    """``values_create_many`` for owner-held values: budgets, empty chain slots and ledger entries only."""
+                        now: datetime | None, rng=None) -> list[Value]:
+    """``values_create_many`` for owner-held values: budgets, empty chain slots and ledger entries only.  A string
+    value gets its RAPPOR cohort here, uniformly at random as a service-held one (public: the device hashes
+    with it, docs/custody.md)."""
     if not attribute.supports_owner_custody:
-        raise CustodyRefused("Only the values of gradual-release categorical and binary attributes can be "
-                             "kept on their owner's device (docs/custody.md).", field="custody")
+        raise CustodyRefused("Only the values of gradual-release categorical, binary, numeric and string attributes "
+                             "can be kept on their owner's device (docs/custody.md).", field="custody")
     if not all(roles.can_contribute(o) for o in owners):
         raise BudgetError("Only owners can contribute values.")
     now = now or timezone.now()
     current = parse(ceiling, name="ceiling") if schedule is None else schedule.ceiling_at(now)
     policy = schedule.fields() if schedule else {}
+    cohorts = np.zeros(len(owners), dtype=np.int64)
+    if attribute.kind == Attribute.Kind.STRING and owners:
+        cohorts = uniform_below(rng, attribute.num_cohorts, len(owners))
     with transaction.atomic():
         store.lock(attribute.id)
         block_ids, slots = store.place(attribute, len(owners))
         values = Value.objects.bulk_create(
-            [Value(owner=o, attribute=attribute, custody=Value.Custody.OWNER, block_id=int(b), slot=int(k))
-             for o, b, k in zip(owners, block_ids, slots)], batch_size=2000)
+            [Value(owner=o, attribute=attribute, custody=Value.Custody.OWNER, block_id=int(b), slot=int(k),
+                   cohort=int(c))
+             for o, b, k, c in zip(owners, block_ids, slots, cohorts)], batch_size=2000)
         budgets = BudgetAccount.objects.bulk_create(
             [BudgetAccount(value=v, attribute_id=v.attribute_id, ceiling=current, **policy) for v in values],
             batch_size=2000)
@@ -135,9 +144,11 @@ def value_upload_chain(*, value_id: int, owner: User, epsilons: list, outputs: l
     ``epsilons`` (Decimals) must be strictly increasing, continue the stored chain (the first upload starts at
     the grid start, a later one at the grid point right after the stored head), lie on the attribute's grid
     except perhaps the last (the *upload level* the owner chose) and not pass the grid's stop; ``outputs`` are
-    label indices 0..m-1.  Points above the ceiling cost nothing and are never sold above it (rule 5).  Under
-    the value's budget lock and the attribute's chain lock (``accounts.locks``); the points are sealed like
-    every chain point, and an ``owner_upload`` ledger entry records the new upload level.
+    label indices 0..m-1 (numeric: the discretized bit's chain, 0 or 1), or for a string attribute one text of
+    ``num_bits`` characters 0/1 per epsilon (each Bloom bit's chain, drawn at ``epsilon / draw_divisor``).
+    Points above the ceiling cost nothing and are never sold above it (rule 5).  Under the value's budget lock
+    and the attribute's chain lock (``accounts.locks``); the points are sealed like every chain point, and an
+    ``owner_upload`` ledger entry records the new upload level.
     """
     with transaction.atomic():
         take_lock(Lock.BUDGETS)
@@ -156,7 +167,7 @@ def value_upload_chain(*, value_id: int, owner: User, epsilons: list, outputs: l
         eps, outs = _check_upload(attribute, head, epsilons, outputs)
         n = eps.size
         store.store(attribute, blocks, np.full(n, value.block_id), np.full(n, value.slot), eps,
-                         outs.reshape(n, 1))
+                    outs.reshape(n, attribute.width))
         rows = event_rows([budget], LedgerEntry.Kind.OWNER_UPLOAD)
         rows.records["epsilon"] = eps[-1]
         ledger.append(rows, shard=attribute.id)
@@ -197,9 +208,27 @@ def _check_upload(attribute: Attribute, head: int, epsilons: list, outputs: list
     if eps[-1] > grid.stop:
         raise CustodyRefused(f"The upload level {from_micro(int(eps[-1]))} is above the attribute's cap "
                              f"{from_micro(grid.stop)}.", field="epsilons")
-    if any(not 0 <= o < m for o in outputs):  # before numpy: 2**63 does not even fit its int64
+    if attribute.kind == Attribute.Kind.STRING:
+        return eps, _bloom_outputs(outputs, attribute.num_bits)
+    if any(isinstance(o, bool) or not isinstance(o, numbers.Integral) or not 0 <= o < m for o in outputs):
+        # before numpy: 2**63 does not even fit its int64
         raise CustodyRefused(f"Outputs are label indices from 0 to {m - 1}.", field="outputs")
     return eps, np.asarray(outputs, dtype=np.int64)
+
+
+def _bloom_outputs(outputs: list, num_bits: int) -> np.ndarray:
+    """A string upload's outputs, one text of ``num_bits`` characters 0/1 per epsilon (docs/custody.md#uploads), as
+    an (n, num_bits) array, or ``CustodyRefused`` naming ``outputs``."""
+    for k, o in enumerate(outputs):
+        if not isinstance(o, str):
+            raise CustodyRefused(f"outputs[{k}] must be a text of {num_bits} characters 0 or 1 (the Bloom bits' "
+                                 f"outputs), got {type(o).__name__}.", field="outputs")
+        if len(o) != num_bits:
+            raise CustodyRefused(f"outputs[{k}] must have {num_bits} characters (one per Bloom bit), not "
+                                 f"{len(o)}.", field="outputs")
+        if o.strip("01"):
+            raise CustodyRefused(f"outputs[{k}] may hold only the characters 0 and 1.", field="outputs")
+    return np.array([[c == "1" for c in o] for o in outputs], dtype=np.int64).reshape(len(outputs), num_bits)
 
 
 def value_delete_raw(*, value_id: int) -> Value:

@@ -19,7 +19,7 @@ from ldpmarket_client import cli, errors, sampler
 from ldpmarket_client.owner import Grid, Owner, OwnerError
 from market.models import Value
 from tests.client.conftest import PASSWORD
-from tests.factories import CategoricalAttributeFactory, NumericAttributeFactory, stored_chains
+from tests.factories import CategoricalAttributeFactory, TernaryAttributeFactory, stored_chains
 
 LABELS = ["red", "green", "blue", "amber"]
 RAW = "amber"  # the owner's raw value: a word that appears nowhere else in the exchange
@@ -275,10 +275,10 @@ def test_refusals_before_anything_is_made(owner_for, attribute, sent):
 
 
 def test_a_refused_contribution_is_a_typed_problem_and_leaves_no_trace(owner_for):
-    numeric = NumericAttributeFactory()
+    ternary = TernaryAttributeFactory()  # one-shot: owner custody is refused
     owner = owner_for()
     with pytest.raises(errors.ProblemError) as caught:
-        owner.contribute(numeric.id, "5", ceiling="1")
+        owner.contribute(ternary.id, "plus", ceiling="1")
     assert caught.value.status == 400
     state = json.loads(owner.state.path.read_text())
     assert state["contributing"] == {} and state["values"] == {}

@@ -197,9 +197,9 @@ def test_owners_see_only_their_own_values_and_only_owners_use_the_api(attribute)
 
 
 def test_owner_custody_is_refused_where_the_device_cannot_draw_the_chain(db):
-    from tests.factories import StringAttributeFactory
+    from tests.factories import TernaryAttributeFactory
 
-    strings = StringAttributeFactory()
+    strings = TernaryAttributeFactory()  # one-shot: no chain for a device to draw
     _, client = owner_client()
     r = client.post("/api/v1/owner/values/", {"attribute": strings.id, "custody": "owner", "ceiling": "1"},
                     format="json")

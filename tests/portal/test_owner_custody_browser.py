@@ -5,8 +5,9 @@ draws the chain itself (``portal/static/portal/owner_sampler.js``) and uploads o
 request the browser makes is recorded: the raw label appears in none (URL or body), and the contribute form
 itself is never posted.  The value shows as kept on the device with its upload level; the owner raises the
 ceiling in the portal, comes back, clicks "Extend now" and the upload level rises; a browser without the value
-is told so.  Screenshots go to ``test-artifacts/owner-custody/`` (git-ignored).  Skipped, saying why, without
-Playwright or ``/usr/bin/chromium``.
+is told so.  A number is discretized once in the browser and a string hashed into its Bloom filter there; only
+their bit chains are uploaded (issue 32).  Screenshots go to ``test-artifacts/owner-custody/`` (git-ignored).
+Skipped, saying why, without Playwright or ``/usr/bin/chromium``.
 """
 from __future__ import annotations
 
@@ -183,3 +184,154 @@ def test_an_owner_chooses_the_upload_level_and_is_told_what_the_device_needs(liv
     expect(page.locator("#upload-level")).to_contain_text("ε 3")
     assert stored_chains(attribute)[value.id][0].tolist() == micro("0.5", "1", "1.5", "2", "2.25", "2.5", "3")
     assert not [r for r in sent if "bike" in r[1].lower() or "bike" in r[2].lower()]
+
+
+def _sign_in(page, base, username: str, attribute) -> None:
+    page.goto(f"{base}/portal/login/?next=/portal/contribute/{attribute.id}/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def _contribute_on_device(page, base, username: str, attribute, raw: str, ceiling: str = "1.7") -> None:
+    from playwright.sync_api import expect
+
+    if username:
+        _sign_in(page, base, username, attribute)
+    page.get_by_label(f"Your value for “{attribute.name}”").fill(raw)
+    page.get_by_label("A fixed ceiling").check()
+    page.get_by_label("Ceiling (ε)").fill(ceiling)
+    page.get_by_label("Keep my value on this device").check()
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page).to_have_url(re.compile(r"/portal/values/\d+/$"))
+
+
+def _bodies(sent) -> list[dict]:
+    """Every request body the browser sent, as JSON (the login form's body aside)."""
+    return [json.loads(body) for m, u, body in sent if m == "POST" and "/api/" in u]
+
+
+def test_a_numeric_value_is_discretized_once_on_the_device_and_only_its_bit_chain_is_uploaded(
+        live_server, browser_page, transactional_db):
+    """Issue 32: the browser discretizes the number once (z, kept in its storage), draws z's binary chain and
+    uploads it; no request carries the number or z, and "Extend now" continues the same z's chain."""
+    from playwright.sync_api import expect
+
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from market.models import Value
+    from market.purchases.pricing import DEFAULT_POLICY
+    from tests.factories import NumericAttributeFactory, stored_chains
+
+    page, base = browser_page, live_server.url
+    owner = User.objects.create_user("nora", password=PASSWORD)
+    grant_role(owner, "owner")
+    attribute = NumericAttributeFactory(name="hours of sleep", low=Decimal("0"), high=Decimal("24"),
+                                        price_policy=DEFAULT_POLICY, **GRID)
+    assert attribute.supports_owner_custody
+    sent: list[tuple[str, str, str]] = []
+    page.on("request", lambda r: sent.append((r.method, r.url, r.post_data or "")))
+
+    # a number outside the bounds is refused in the browser, before any request
+    _sign_in(page, base, "nora", attribute)
+    page.get_by_label("Your value for “hours of sleep”").fill("25")
+    page.get_by_label("Keep my value on this device").check()
+    before = len(sent)
+    page.get_by_role("button", name="Contribute my value").click()
+    expect(page.get_by_role("alert")).to_contain_text("Please enter a number between 0 and 24")
+    assert sent[before:] == [] and not Value.objects.filter(attribute=attribute).exists()
+
+    _contribute_on_device(page, base, "", attribute, "7.37")
+    value = Value.objects.get(owner=owner, attribute=attribute)
+    assert value.custody == Value.Custody.OWNER and value.raw_sealed is None and value.input_sealed is None
+    eps, outputs = stored_chains(attribute)[value.id]
+    assert eps.tolist() == micro("0.5", "1", "1.5") and set(outputs.reshape(-1).tolist()) <= {0, 1}
+    expect(page.locator("#upload-level")).to_contain_text("ε 1.5")
+    expect(page.locator("#custody-status")).to_contain_text("nothing to upload now")
+    shot(page, "21-numeric-on-device")
+    stored = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    assert stored == {"value": value.id, "kind": "numeric", "m": 2, "x": "7.37", "z": stored["z"], "head": "1.5",
+                      "output": int(outputs[-1, 0]), "pending": None}
+    assert stored["z"] in (0, 1)
+
+    # the ceiling rises; "Extend now" continues the chain of the same z (never drawn again)
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("2.5")
+    page.get_by_role("button", name="Save the ceiling").click()
+    page.get_by_role("button", name="Extend now").click()
+    expect(page.locator("#upload-level")).to_contain_text("ε 2.5")
+    eps2, outputs2 = stored_chains(attribute)[value.id]
+    assert eps2.tolist() == micro("0.5", "1", "1.5", "2", "2.5") and (outputs2[:3] == outputs).all()
+    again = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    assert (again["z"], again["x"], again["head"]) == (stored["z"], "7.37", "2.5")
+
+    # no request carries the number or z: the bodies are the creation (no value) and the bit chains
+    assert not [r for r in sent if "7.37" in r[1] or "7.37" in r[2]], sent
+    bodies = _bodies(sent)
+    assert bodies == [{"attribute": attribute.id, "custody": "owner", "ceiling": "1.7"},
+                      {"epsilons": ["0.5", "1", "1.5"], "outputs": outputs[:, 0].tolist()},
+                      {"epsilons": ["2", "2.5"], "outputs": outputs2[3:, 0].tolist()}]
+
+
+def test_a_string_value_is_hashed_on_the_device_and_only_its_bloom_bit_chains_are_uploaded(
+        live_server, browser_page, transactional_db):
+    """Issue 32: the browser builds the string's Bloom filter in the value's cohort (the service's hashes,
+    ``mechanisms.rappor.bloom_bits``), draws each bit's chain at epsilon / (2 num_hashes) and uploads one text of
+    bits per epsilon (docs/custody.md#uploads); no request carries the string or its Bloom filter."""
+    from playwright.sync_api import expect
+
+    from accounts.models import User
+    from accounts.roles import grant_role
+    from market.models import Value
+    from market.purchases.pricing import DEFAULT_POLICY
+    from mechanisms.rappor import bloom_bits
+    from tests.factories import StringAttributeFactory, stored_chains
+
+    page, base = browser_page, live_server.url
+    owner = User.objects.create_user("otto", password=PASSWORD)
+    grant_role(owner, "owner")
+    attribute = StringAttributeFactory(name="favourite word", num_bits=32, num_hashes=2, num_cohorts=4,
+                                       price_policy=DEFAULT_POLICY, **GRID)
+    assert attribute.supports_owner_custody
+    sent: list[tuple[str, str, str]] = []
+    page.on("request", lambda r: sent.append((r.method, r.url, r.post_data or "")))
+
+    word = "Schlüsselwörter"
+    _contribute_on_device(page, base, "otto", attribute, f"  {word} ")
+    value = Value.objects.get(owner=owner, attribute=attribute)
+    assert value.custody == Value.Custody.OWNER and value.raw_sealed is None and value.input_sealed is None
+    eps, outputs = stored_chains(attribute)[value.id]
+    assert eps.tolist() == micro("0.5", "1", "1.5") and outputs.shape == (3, 32)
+    expect(page.locator("#upload-level")).to_contain_text("ε 1.5")
+    shot(page, "22-string-on-device")
+
+    stored = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    bloom = "".join(str(int(b)) for b in bloom_bits([word], [value.cohort], 32, 2)[0])
+    texts = ["".join(map(str, row)) for row in outputs.tolist()]
+    assert stored == {"value": value.id, "kind": "string", "string": word, "cohort": value.cohort, "num_bits": 32,
+                      "num_hashes": 2, "divisor": 4, "bits": bloom, "head": "1.5", "output": texts[-1],
+                      "pending": None}
+
+    # the ceiling rises; "Extend now" continues every bit's chain from the stored head
+    page.get_by_role("link", name="Raise or lower the ceiling").click()
+    page.get_by_label("New ceiling (ε)").fill("2")
+    page.get_by_role("button", name="Save the ceiling").click()
+    page.get_by_role("button", name="Extend now").click()
+    expect(page.locator("#upload-level")).to_contain_text("ε 2")
+    expect(page.locator("#custody-status")).to_contain_text("nothing to upload now")
+    eps2, outputs2 = stored_chains(attribute)[value.id]
+    assert eps2.tolist() == micro("0.5", "1", "1.5", "2") and (outputs2[:3] == outputs).all()
+    texts.append("".join(map(str, outputs2[3])))
+    again = json.loads(page.evaluate(f"localStorage.getItem('ldpmarket.owner-held.{value.id}')"))
+    assert (again["bits"], again["head"], again["output"]) == (bloom, "2", texts[-1])
+
+    # no request carries the string (URL or body) or its Bloom filter: only epsilons and texts of bit outputs
+    lowered = word.lower()
+    assert not [r for r in sent if lowered in r[1].lower() or lowered in r[2].lower()
+                or "schl%c3%bc" in r[1].lower()], sent
+    bodies = _bodies(sent)
+    assert bodies == [{"attribute": attribute.id, "custody": "owner", "ceiling": "1.7"},
+                      {"epsilons": ["0.5", "1", "1.5"], "outputs": texts[:3]},
+                      {"epsilons": ["2"], "outputs": texts[3:]}]
+    assert bloom not in texts, "at epsilon / 4 per bit (at most 0.5), 32 bits all kept has probability below 1e-5"
+    assert not [r for r in sent if bloom in r[2]], "the Bloom filter is in no request body"

@@ -4,8 +4,14 @@
 // owner-held value through the owner API (POST /api/v1/owner/values/, no value in the body), draws the chain
 // here with owner_sampler.js (k-RR at the grid start, then one relaxation step per grid point, the server's
 // integer laws, crypto.getRandomValues) up to the upload level (default: the last grid point at or below the
-// ceiling), uploads only the epsilons and outputs (POST /api/v1/owner/values/{id}/chain/), keeps the label
-// index and the chain head in localStorage, and opens the value's page.
+// ceiling), uploads only the epsilons and outputs (POST /api/v1/owner/values/{id}/chain/), keeps what it drew
+// from and the chain head in localStorage, and opens the value's page.  What the chain runs on, by kind:
+//   categorical, binary: the label's index;
+//   numeric: z, the number discretized once here (1 = high with probability (x - low) / (high - low)),
+//     kept with the number and never drawn again;
+//   string: its Bloom filter in the value's cohort (the attribute's num_bits and num_hashes), one binary chain
+//     per bit drawn at epsilon / draw_divisor; each upload output is a text of num_bits characters 0/1.
+// The number, z, the string and its Bloom filter stay in this browser's storage: no request carries them.
 // Value page: says whether this browser holds the value (the server cannot know which device does: its badge says
 // "a device", this module "your device (this browser)" when it finds the value here); for an owner-held value
 // whose ceiling passed its upload level (needs_upload), "Extend now" draws from the stored head to the ceiling's
@@ -16,10 +22,14 @@
 // may have seen are never replaced by fresh ones (a second independent draw would leak more than the level).
 // Loaded with <script type="module" src=...> (the Content-Security-Policy allows no inline script).
 
-import { chain, compareEpsilons, extend } from "./owner_sampler.js";
+import { bloomBits, bloomChains, chain, checkText, compareEpsilons, discretize, extend, numericThreshold }
+  from "./owner_sampler.js";
 
 const API = "/api/v1/owner/values/";
-const STORE = "ldpmarket.owner-held.";   // + value id: {value, m, label, head, output, pending}
+// + value id: {value, m, label, head, output, pending} (categorical, binary); numeric: {value, kind, m, x, z, head,
+// output, pending}; string: {value, kind, string, cohort, num_bits, num_hashes, divisor, bits, head, output,
+// pending} (bits: the Bloom filter, output: the head's text of bits)
+const STORE = "ldpmarket.owner-held.";
 const MICRO = 1000000;
 
 // ------------------------------------------------------------------ epsilons in micro units, the grid
@@ -105,6 +115,62 @@ async function api(method, url, body) {
 
 // ------------------------------------------------------------------ drawing and uploading
 
+// The outputs at `epsilons` (continuing the record's head), drawn here: label indices, or texts of bits.
+function draw(record, epsilons) {
+  if (record.kind === "string") {
+    return bloomChains([...record.bits].map(Number), epsilons, record.divisor, undefined, record.head,
+                       record.output);
+  }
+  const input = record.kind === "numeric" ? record.z : record.label;
+  return record.head === null ? chain(input, epsilons, record.m)
+    : extend(input, record.head, record.output, epsilons, record.m);
+}
+
+// What the owner typed, checked before anything is sent (the service never sees it).
+function readRaw(form, kind, option) {
+  const raw = form.elements.raw.value;
+  if (kind === "numeric") {
+    const text = raw.trim().replace(/[\u2212\u2013]/g, "-");
+    const { low, high } = option.dataset;
+    if (!text) throw new Error(`Please enter a number between ${low} and ${high}.`);
+    try {
+      numericThreshold(text, low, high);
+    } catch {
+      throw new Error(`Please enter a number between ${low} and ${high}, written with the digits 0-9 and a point.`);
+    }
+    return text;
+  }
+  if (kind === "string") {
+    const text = raw.trim();                  // as the portal's form reads it
+    if (!text) throw new Error("Please enter your value.");
+    try {
+      checkText(text);
+    } catch (exc) {
+      throw new Error(`${exc.message[0].toUpperCase()}${exc.message.slice(1)}.`);
+    }
+    return text;
+  }
+  if (!raw) throw new Error("Please choose your answer.");
+  return raw;
+}
+
+// This browser's record of a new owner-held value (the API's representation) holding `raw`.
+function newRecord(value, raw) {
+  const base = { value: value.id, head: null, output: null, pending: null };
+  if (value.kind === "numeric") {
+    const z = discretize(raw, value.low, value.high);   // once: a second draw would leak more about the number
+    return { ...base, kind: "numeric", m: 2, x: raw, z };
+  }
+  if (value.kind === "string") {
+    const bits = bloomBits(value.cohort, raw, value.num_bits, value.num_hashes).join("");
+    return { ...base, kind: "string", string: raw, cohort: value.cohort, num_bits: value.num_bits,
+             num_hashes: value.num_hashes, divisor: value.draw_divisor, bits };
+  }
+  const label = value.labels.indexOf(raw);
+  if (label < 0) throw new Error("Your answer is not one of this question's labels.");
+  return { value: value.id, m: value.m, label, head: null, output: null, pending: null };
+}
+
 /**
  * Bring the service's chain of `value` (the API's representation) up to `level` (micro-epsilons) from this
  * browser's record: first any pending upload (confirmed if the service already has it, else sent again), then
@@ -136,8 +202,7 @@ async function sync(record, value, level) {
   const first = record.head === null ? grid.start : nextPointAfter(grid, toMicro(record.head, "head"));
   const epsilons = pointsUpTo(grid, first, level);
   if (!epsilons.length) return value;
-  const outputs = record.head === null ? chain(record.label, epsilons, record.m)
-    : extend(record.label, record.head, record.output, epsilons, record.m);
+  const outputs = draw(record, epsilons);
   record.pending = { epsilons, outputs };
   save(record);                               // before sending: these draws are never replaced
   value = await api("POST", `${API}${record.value}/chain/`, record.pending);
@@ -177,8 +242,7 @@ function contributePage(option) {
     errors.hidden = true;
     let record = null;
     try {
-      const raw = form.elements.raw.value;
-      if (!raw) throw new Error("Please choose your answer.");
+      const raw = readRaw(form, option.dataset.kind, option);
       if (form.elements.policy.value !== "fixed") {
         throw new Error("Keeping your value on this device needs a fixed ceiling: choose “A fixed ceiling”.");
       }
@@ -195,9 +259,7 @@ function contributePage(option) {
       const value = await api("POST", API, {
         attribute: Number(option.dataset.attribute), custody: "owner", ceiling: ceilingText,
       });
-      const label = value.labels.indexOf(raw);
-      if (label < 0) throw new Error("Your answer is not one of this question's labels.");
-      record = { value: value.id, m: value.m, label, head: null, output: null, pending: null };
+      record = newRecord(value, raw);
       save(record);
       await sync(record, value, level);
       progress.textContent = "Uploaded. Opening your value…";

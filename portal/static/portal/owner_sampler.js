@@ -6,6 +6,11 @@
 // crypto.getRandomValues (the OS CSPRNG) unless a word source is passed: a function returning the next
 // word as a BigInt in [0, 2^64).  Hand-written, no build step, no dependencies.
 //
+// Numeric and string values (docs/custody.md): discretize (mechanisms.numeric.discretize of one number, one
+// word), bloomBits (mechanisms.rappor.bloom_bits, with its own SHAKE-256) and bloomChains (a binary chain per
+// Bloom bit, bit 0's first, each output at drawEpsilon(eps, 2 num_hashes), market.chains.grow.draw_epsilon),
+// as the Python SDK (ldpmarket_client.sampler) and tests/data/custody_vectors.json.
+//
 // Laws (docs/mechanisms.md, "Exact sampling"):
 //   k-RR at eps over m labels: each other label gets flip = ceil(2^64 / (L + m - 1)) cells of 2^-64 and the
 //   true label keep = 2^64 - (m - 1) flip, where L = exp_lower(eps, 60 digits) < e^eps on the server
@@ -325,4 +330,220 @@ export function extend(value, headEps, headOutput, epsilons, m, nextWord = secur
     eps = e;
   }
   return out;
+}
+
+// ------------------------------------------------------------------ numeric values (mechanisms/numeric.py)
+
+// A plain ASCII decimal, "-" allowed (ldpmarket.numbers, signed): "12", "-0.5", ".5".
+const SIGNED_DECIMAL = /^-?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)$/;
+
+function plainDecimal(text, name) {
+  const s = String(text).trim();
+  if (!SIGNED_DECIMAL.test(s)) throw new RangeError(`${name} must be a plain decimal number, got ${JSON.stringify(text)}`);
+  return s;
+}
+
+// a plain decimal as an exact fraction num / 10^k (BigInt num, k), for exact comparisons
+function decimalFraction(s) {
+  const neg = s.startsWith("-"), body = neg ? s.slice(1) : s;
+  const [whole, frac = ""] = body.split(".");
+  const num = BigInt((whole || "0") + frac);
+  return { num: neg ? -num : num, k: frac.length };
+}
+
+function compareDecimals(a, b) {
+  const x = decimalFraction(a), y = decimalFraction(b), k = Math.max(x.k, y.k);
+  const l = x.num * 10n ** BigInt(k - x.k), r = y.num * 10n ** BigInt(k - y.k);
+  return l < r ? -1 : l > r ? 1 : 0;
+}
+
+function finiteNumber(s, name) {
+  const x = Number(s);     // correctly rounded, as Python's float(Decimal(s))
+  if (!Number.isFinite(x)) throw new RangeError(`${name} must be finite, got ${s}`);
+  return x;
+}
+
+/**
+ * The threshold of the one-time discretization of x in [low, high] (mechanisms.numeric.discretize): p =
+ * (x - low) / (high - low) in float64, clipped to [0, 1]; T = floor(p 2^64) (exact: scaling by a power of two),
+ * or null for p = 1 (always high).  x, low and high are decimal strings, read as float64 as the server reads them.
+ */
+export function numericThreshold(x, low, high) {
+  const [ls, hs, xs] = [plainDecimal(low, "low"), plainDecimal(high, "high"), plainDecimal(x, "the value")];
+  const lo = finiteNumber(ls, "low"), hi = finiteNumber(hs, "high"), v = finiteNumber(xs, "the value");
+  if (!(lo < hi) || !Number.isFinite(hi - lo)) throw new RangeError(`low must be less than high, got ${low}, ${high}`);
+  // exactly, as the portal's form checks the decimal (then the floats are in range too: rounding is monotone)
+  if (compareDecimals(xs, ls) < 0 || compareDecimals(xs, hs) > 0) {
+    throw new RangeError(`the value must lie between ${ls} and ${hs}, got ${xs}`);
+  }
+  const p = Math.min(Math.max((v - lo) / (hi - lo), 0), 1);
+  return p < 1 ? BigInt(Math.floor(p * 2 ** 64)) : null;
+}
+
+/**
+ * z for x in [low, high], drawn once (mechanisms.numeric.discretize): 1 (high) with probability (x - low) /
+ * (high - low), else 0 (low), from exactly one word u: z = 1 iff u < floor(p 2^64), always 1 at x = high.
+ * Keep z, never x's second draw: a second z would leak more about x (docs/custody.md).
+ */
+export function discretize(x, low, high, nextWord = secureWords()) {
+  const t = numericThreshold(x, low, high);
+  const u = wordFrom(nextWord);
+  return t === null || u < t ? 1 : 0;
+}
+
+// ------------------------------------------------------------------ strings: the epsilon of each bit
+
+const DRAW_DIGITS = 40n;   // market.chains.grow.draw_epsilon: Context(prec=40, rounding=ROUND_FLOOR)
+
+/**
+ * The epsilon each output is drawn at for a release at `eps` (a decimal string with at most 6 decimals) when
+ * divided by `divisor` (Attribute.draw_divisor: 2 num_hashes for strings): eps / divisor rounded down to 40
+ * significant digits, as market.chains.grow.draw_epsilon, as a plain decimal string.
+ */
+export function drawEpsilon(eps, divisor) {
+  if (!Number.isInteger(divisor) || divisor < 1) throw new RangeError(`divisor must be an integer >= 1, got ${divisor}`);
+  const { p, q } = parseEpsilon(eps);
+  if (p === 0n) return "0";
+  const den = q * BigInt(divisor);
+  const least = 10n ** (DRAW_DIGITS - 1n);
+  let k = 0n, n = p / den;
+  while (n < least) { k += 1n; n = (p * 10n ** k) / den; }   // floor(eps / divisor * 10^k), 40 digits
+  if (k === 0n) return String(n);
+  const digits = n.toString().padStart(Number(k) + 1, "0");
+  const whole = digits.slice(0, digits.length - Number(k)), frac = digits.slice(digits.length - Number(k));
+  const trimmed = frac.replace(/0+$/, "");
+  return trimmed ? `${whole}.${trimmed}` : whole;
+}
+
+// ------------------------------------------------------------------ strings: SHAKE-256 and the Bloom filter
+
+const MASK = U64_MAX;
+const KECCAK_RC = [
+  0x0000000000000001n, 0x0000000000008082n, 0x800000000000808An, 0x8000000080008000n, 0x000000000000808Bn,
+  0x0000000080000001n, 0x8000000080008081n, 0x8000000000008009n, 0x000000000000008An, 0x0000000000000088n,
+  0x0000000080008009n, 0x000000008000000An, 0x000000008000808Bn, 0x800000000000008Bn, 0x8000000000008089n,
+  0x8000000000008003n, 0x8000000000008002n, 0x8000000000000080n, 0x000000000000800An, 0x800000008000000An,
+  0x8000000080008081n, 0x8000000000008080n, 0x0000000080000001n, 0x8000000080008008n,
+];
+// rotation offsets of lane x + 5 y
+const KECCAK_ROT = [0, 1, 62, 28, 27, 36, 44, 6, 55, 20, 3, 10, 43, 25, 39, 41, 45, 15, 21, 8, 18, 2, 61, 56, 14]
+  .map(BigInt);
+
+function rotl(v, n) {
+  return n === 0n ? v : ((v << n) | (v >> (64n - n))) & MASK;
+}
+
+function keccakF(s) {
+  const c = new Array(5), b = new Array(25);
+  for (const rc of KECCAK_RC) {
+    for (let x = 0; x < 5; x++) c[x] = s[x] ^ s[x + 5] ^ s[x + 10] ^ s[x + 15] ^ s[x + 20];
+    for (let x = 0; x < 5; x++) {
+      const d = c[(x + 4) % 5] ^ rotl(c[(x + 1) % 5], 1n);
+      for (let y = 0; y < 25; y += 5) s[x + y] ^= d;
+    }
+    for (let x = 0; x < 5; x++) {
+      for (let y = 0; y < 5; y++) b[y + 5 * ((2 * x + 3 * y) % 5)] = rotl(s[x + 5 * y], KECCAK_ROT[x + 5 * y]);
+    }
+    for (let y = 0; y < 25; y += 5) {
+      for (let x = 0; x < 5; x++) s[x + y] = b[x + y] ^ ((b[((x + 1) % 5) + y] ^ MASK) & b[((x + 2) % 5) + y]);
+    }
+    s[0] ^= rc;
+  }
+}
+
+/** SHAKE-256 (FIPS 202) of `bytes` (a Uint8Array): `length` bytes of output, a Uint8Array. */
+export function shake256(bytes, length) {
+  const rate = 136;
+  const padded = new Uint8Array(Math.floor(bytes.length / rate) * rate + rate);
+  padded.set(bytes);
+  padded[bytes.length] ^= 0x1f;
+  padded[padded.length - 1] ^= 0x80;
+  const s = new Array(25).fill(0n);
+  const lane = (buf, at) => {
+    let v = 0n;
+    for (let i = 7; i >= 0; i--) v = (v << 8n) | BigInt(buf[at + i]);
+    return v;
+  };
+  for (let off = 0; off < padded.length; off += rate) {
+    for (let i = 0; i < rate / 8; i++) s[i] ^= lane(padded, off + 8 * i);
+    keccakF(s);
+  }
+  const out = new Uint8Array(length);
+  for (let n = 0; ; ) {
+    for (let i = 0; i < rate / 8 && n < length; i++) {
+      let v = s[i];
+      for (let j = 0; j < 8 && n < length; j++, v >>= 8n) out[n++] = Number(v & 0xffn);
+    }
+    if (n >= length) return out;
+    keccakF(s);
+  }
+}
+
+function checkCount(v, name, least) {
+  if (!Number.isInteger(v) || v < least) throw new RangeError(`${name} must be an integer >= ${least}, got ${v}`);
+  return v;
+}
+
+/** The longest string the service takes (market.values.inputs.MAX_STRING), in characters (code points). */
+export const MAX_STRING = 200;
+
+/** `string` if the service takes it as a string value (non-empty, at most MAX_STRING characters, valid text). */
+export function checkText(string) {
+  if (typeof string !== "string" || !string || [...string].length > MAX_STRING) {
+    throw new RangeError(`the value must be a non-empty text of at most ${MAX_STRING} characters`);
+  }
+  if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?:^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(string)) {
+    throw new RangeError("the value must be valid text (a lone surrogate has no UTF-8 encoding)");
+  }
+  return string;
+}
+
+/**
+ * The `numHashes` Bloom positions of `string` in `cohort` (mechanisms.rappor._positions): the 8-byte big-endian
+ * words of SHAKE-256 of "<cohort>:<string>" (UTF-8), each modulo numBits.
+ */
+export function bloomPositions(cohort, string, numBits, numHashes) {
+  checkCount(cohort, "cohort", 0);
+  checkCount(numBits, "numBits", 1);
+  checkCount(numHashes, "numHashes", 1);
+  const digest = shake256(new TextEncoder().encode(`${cohort}:${checkText(string)}`), 8 * numHashes);
+  const out = [];
+  for (let j = 0; j < numHashes; j++) {
+    let v = 0n;
+    for (let i = 0; i < 8; i++) v = (v << 8n) | BigInt(digest[8 * j + i]);
+    out.push(Number(v % BigInt(numBits)));
+  }
+  return out;
+}
+
+/** The Bloom filter of `string` in `cohort` (mechanisms.rappor.bloom_bits): numBits bits 0/1, an array. */
+export function bloomBits(cohort, string, numBits, numHashes) {
+  const bits = new Array(numBits).fill(0);
+  for (const j of bloomPositions(cohort, string, numBits, numHashes)) bits[j] = 1;
+  return bits;
+}
+
+// ------------------------------------------------------------------ strings: the Bloom bits' chains
+
+/**
+ * A string's upload (docs/custody.md#uploads): a binary chain per Bloom bit through the release epsilons, every
+ * output drawn at drawEpsilon(eps, divisor), bit 0's whole chain first, then bit 1's, ... from one word source
+ * (the SDK's ldpmarket_client.sampler.bits_chain; tests/data/custody_vectors.json); per epsilon a text of
+ * bits.length characters "0"/"1".  With head (a release epsilon) and headOutput (its text), continues the
+ * chains from there (one relaxation step per bit and epsilon, bit 0's first: extend_bits_chain).
+ */
+export function bloomChains(bits, epsilons, divisor, nextWord = secureWords(), head = null, headOutput = null) {
+  if (!Array.isArray(bits) || !bits.length) throw new RangeError("bits must be a non-empty array");
+  if (!epsilons.length) throw new RangeError("epsilons must not be empty");
+  const draw = epsilons.map((e) => drawEpsilon(e, divisor));
+  let rows;
+  if (head === null) {
+    rows = bits.map((b) => chain(b, draw, 2, nextWord));
+  } else {
+    const heads = [...String(headOutput)].map(Number);
+    if (heads.length !== bits.length) throw new RangeError("the head's output must have one character per bit");
+    const from = drawEpsilon(head, divisor);
+    rows = bits.map((b, j) => extend(b, from, heads[j], draw, 2, nextWord));
+  }
+  return draw.map((_, i) => rows.map((r) => r[i]).join(""));
 }
