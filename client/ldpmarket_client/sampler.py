@@ -43,8 +43,10 @@ in binary64 clipped to ``[0, 1]``, ``T = floor(p 2^64)``, and from one word ``u`
 always 1 at ``p = 1``; the device keeps ``z`` and draws the binary chain of ``z``.  A string is hashed into its
 Bloom filter (:func:`bloom_bits`, the server's ``mechanisms.rappor.bloom_bits``: SHAKE-256 of
 ``"<cohort>:<string>"``, 8-byte big-endian words modulo ``num_bits``) and each bit gets its own binary chain,
-bit 0 first, every output drawn at ``epsilon / draw_divisor`` (:func:`draw_epsilon`, 40 digits rounded down,
-the server's ``market.chains.grow.draw_epsilon``) (:func:`bits_chain`, :func:`extend_bits_chain`).
+every output drawn at ``epsilon / draw_divisor`` (:func:`draw_epsilon`, 40 digits rounded down, the server's
+``market.chains.grow.draw_epsilon``) (:func:`bits_chain`, :func:`extend_bits_chain`).  The bits are drawn
+step-major, as the server grows one value's ``num_bits`` rows in one vectorized call per epsilon
+(:func:`_draw_rows`: one word per row, then the tied rows' further words, then the rejected rows again).
 
 Randomness: ``words`` is any object with a ``words(n)`` method returning ``n`` integers in ``[0, 2^64)``;
 the default is :class:`OSWords`, the operating system's CSPRNG (``os.urandom``), as docs/custody.md asks.
@@ -404,21 +406,137 @@ def bloom_bits(string: str, cohort: int, num_bits: int, num_hashes: int) -> list
     return bits
 
 
+# ---------------------------------------------------------------- one value's rows in one batch
+
+#: Rows per vectorized pass of the server's ``draw_weighted`` (``mechanisms._sampling.BLOCK``).
+BLOCK = 1 << 14
+
+
+def _region(u: int, bits: int, thresholds, words) -> int:
+    """The region (0 others, 1 second, 2 first, 3 rejected) of a row whose top word is ``u``: further words only
+    when ``u`` equals an undecided threshold's top word (the server's ``_regions`` for one row)."""
+    tops = _top_words(bits, thresholds)
+    if any(u == top and undecided for top, undecided in tops):
+        rest = bits - 64
+        full = (u << rest) | _big_uniform(rest, words)
+        return next((i for i, t in enumerate(thresholds) if full < t), 3)
+    return sum(u >= top for top, _ in tops)
+
+
+def _uniform_below_batch(ks: list[int], words) -> list[int]:
+    """Uniforms in ``0..k-1``, one per entry of ``ks``, as the server's vectorized ``uniform_below``: one word per
+    entry, then one word per rejected entry, in order, until none is left."""
+    out = [0] * len(ks)
+    todo = list(range(len(ks)))
+    while todo:
+        got = _take(words, len(todo))
+        left = []
+        for i, u in zip(todo, got):
+            q = u // (U64_MAX // ks[i])
+            if q < ks[i]:
+                out[i] = q
+            else:
+                left.append(i)
+        todo = left
+    return out
+
+
+def _draw_block(rows, m: int, words, others_from_top: bool) -> list[int]:
+    n = len(rows)
+    cuts = [_cut(w) for _, _, w in rows]
+    u, region = [0] * n, [3] * n
+    todo = list(range(n))
+    while todo:  # one word per row, then the tied rows' low bits in row order; rejected rows are redrawn together
+        for i, w in zip(todo, _take(words, len(todo))):
+            u[i] = w
+        for i in todo:
+            region[i] = _region(u[i], *cuts[i], words)
+        todo = [i for i in todo if region[i] == 3]
+    out = [first if r == 2 else second for (first, second, _), r in zip(rows, region)]
+    others = [i for i in range(n) if region[i] == 0]
+    if not others:
+        return out
+    w0 = rows[0][2]
+    bits = cuts[0][0]
+    width = w0.other * ((1 << bits) // w0.total)
+    top_width = width >> (bits - 64) if others_from_top and width % (1 << (bits - 64)) == 0 else 0
+    ks = [rows[i][2].n_others for i in others]
+    if top_width:
+        picks = [u[i] // top_width for i in others]
+    elif max(ks) > 1:
+        picks = _uniform_below_batch(ks, words)
+    else:
+        picks = [0] * len(others)
+    for i, k in zip(others, picks):
+        first, second, _ = rows[i]
+        lo = min(first, second)
+        hi = m if first == second else max(first, second)
+        other = k + (k >= lo)
+        out[i] = other + (other >= hi)
+    return out
+
+
+def _draw_rows(rows, m: int, words, *, others_from_top: bool = False) -> list[int]:
+    """One label per row ``(first, second, weights)``, consuming words as the server's ``draw_weighted`` does for
+    these rows in one call: per block of :data:`BLOCK` rows, one word per row, then the tied rows' further words
+    in row order, then the rejected rows again (one word each, then their ties), then the other labels' uniforms
+    (one word per row drawing one, its rejected ones redrawn together).  ``others_from_top``: one law for all
+    rows (k-RR), the other label read from the top word when its width allows it."""
+    out: list[int] = []
+    for start in range(0, len(rows), BLOCK):
+        out += _draw_block(rows[start:start + BLOCK], m, words, others_from_top)
+    return out
+
+
+def _krr_rows(values: list[int], eps, m: int, words) -> list[int]:
+    """k-RR of every value in one batch (the server's ``mechanisms.rr.perturb`` of the vector)."""
+    cells = krr_cells(eps, m)
+    if cells.keep == cells.flip:
+        return _uniform_below_batch([m] * len(values), words)
+    w = RowWeights(first=cells.keep, second=0, other=cells.flip, n_others=m - 1)
+    return _draw_rows([(v, v, w) for v in values], m, words, others_from_top=True)
+
+
+def _relax_rows(previous: list[int], values: list[int], eps_from, eps_to, m: int, words) -> list[int]:
+    """One relaxation step of every value in one batch (the server's ``mechanisms.relaxation.relax`` of the
+    vector)."""
+    kept, moved = step_weights(eps_from, eps_to, m)
+    return _draw_rows([(a, p, kept if p == a else moved) for p, a in zip(previous, values)], m, words)
+
+
+def _extend_rows(values: list[int], head, heads: list[int], eps: list[Decimal], m: int, words) -> list[list[int]]:
+    out, prev, e_prev = [], heads, head
+    for e in eps:
+        if not e > e_prev:
+            raise ValueError(f"epsilons must be strictly increasing above the head, got {e} after {e_prev}")
+        prev = _relax_rows(prev, values, e_prev, e, m, words)
+        out.append(prev)
+        e_prev = e
+    return out
+
+
 def bits_chain(bits, epsilons, divisor: int = 1, words=None) -> list[list[int]]:
     """A binary chain per bit of ``bits`` through the release epsilons ``epsilons``, each output drawn at
-    ``draw_epsilon(eps, divisor)``, bit 0's whole chain first: one list of ``len(bits)`` outputs per epsilon."""
+    ``draw_epsilon(eps, divisor)``: one list of ``len(bits)`` outputs per epsilon.
+
+    Drawn step-major, as the service grows a value's chains (``market.chains.grow.generate``: ``mechanisms.chain``
+    of the whole bit vector): every bit's k-RR at the first epsilon in one batch, then one batch of relaxation
+    steps per further epsilon; from the same words, the service's outputs (docs/custody.md#the-devices-sampler)."""
     eps = [draw_epsilon(e, divisor) for e in epsilons]
-    per_bit = [chain(_check_label(b, 2, "a bit"), eps, 2, words) for b in bits]
-    return [list(row) for row in zip(*per_bit)]
+    if not eps:
+        raise ValueError("epsilons must not be empty")
+    values = [_check_label(b, 2, "a bit") for b in bits]
+    first = _krr_rows(values, eps[0], 2, words)
+    return [first] + _extend_rows(values, eps[0], first, eps[1:], 2, words)
 
 
 def extend_bits_chain(bits, head_epsilon, head_outputs, epsilons, divisor: int = 1, words=None) -> list[list[int]]:
-    """Continue :func:`bits_chain` from its head (the release epsilon ``head_epsilon`` and the outputs there),
-    bit by bit: one list of ``len(bits)`` outputs per new epsilon."""
+    """Continue :func:`bits_chain` from its head (the release epsilon ``head_epsilon`` and the outputs there): one
+    batch of relaxation steps, all bits, per new epsilon (``market.chains.grow.grow``: one ``relax`` of the whole
+    vector per step); one list of ``len(bits)`` outputs per new epsilon."""
     if len(head_outputs) != len(bits):
         raise ValueError(f"the head has {len(head_outputs)} outputs for {len(bits)} bits")
-    head = draw_epsilon(head_epsilon, divisor)
-    eps = [draw_epsilon(e, divisor) for e in epsilons]
-    per_bit = [extend_chain(_check_label(b, 2, "a bit"), head, int(h), eps, 2, words)
-               for b, h in zip(bits, head_outputs)]
-    return [list(row) for row in zip(*per_bit)]
+    values = [_check_label(b, 2, "a bit") for b in bits]
+    heads = [_check_label(int(h), 2, "a head output") for h in head_outputs]
+    return _extend_rows(values, draw_epsilon(head_epsilon, divisor), heads,
+                        [draw_epsilon(e, divisor) for e in epsilons], 2, words)

@@ -233,15 +233,26 @@ describe("strings: each Bloom bit's chain at epsilon / (2 num_hashes)", () => {
     assert.throws(() => s.drawEpsilon("1", 0), RangeError);
   });
 
-  test("a string's chains: bit 0's whole chain first, one text of num_bits characters per epsilon", () => {
+  test("a string's chains: step-major (all bits per epsilon), one text of num_bits characters per epsilon", () => {
     const bits = [0, 1, 1, 0, 0, 0, 1, 0, 1, 1];
     const eps = ["0.5", "1", "1.5"], draw = eps.map((e) => s.drawEpsilon(e, 4));
     const out = s.bloomChains(bits, eps, 4, seeded(5));
-    const words = seeded(5), rows = bits.map((b) => s.chain(b, draw, 2, words));
+    // the words of a pass, one per bit (no word here ties or is rejected): bit j's output at step i from word
+    // i * bits.length + j, as the service's vectorized draws (market.chains.grow)
+    const words = seeded(5), byStep = draw.map(() => bits.map(() => words()));
+    const rows = bits.map((b, j) => {
+      let i = 0;
+      const next = () => byStep[i++][j];
+      return s.chain(b, draw, 2, next);
+    });
     assert.deepEqual(out, draw.map((_, i) => rows.map((r) => r[i]).join("")));
     for (const text of out) assert.match(text, /^[01]{10}$/);
     const more = s.bloomChains(bits, ["2", "2.5"], 4, seeded(6), "1.5", out[2]);
-    const again = seeded(6), ext = bits.map((b, j) => s.extend(b, draw[2], +out[2][j], ["0.5", "0.625"], 2, again));
+    const again = seeded(6), extWords = [0, 1].map(() => bits.map(() => again()));
+    const ext = bits.map((b, j) => {
+      let i = 0;
+      return s.extend(b, draw[2], +out[2][j], ["0.5", "0.625"], 2, () => extWords[i++][j]);
+    });
     assert.deepEqual(more, [0, 1].map((i) => ext.map((r) => r[i]).join("")));
     assert.throws(() => s.bloomChains(bits, ["1"], 4, seeded(1), "0.5", "01"), RangeError);
   });

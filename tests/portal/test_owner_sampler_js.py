@@ -226,8 +226,9 @@ class _FixedWords:
 def _server_kinds_cases(seed: int = 32) -> dict:
     """The service's answers on fixed words: ``mechanisms.numeric.discretize`` (one value, words on both sides of
     its threshold), ``_positions`` (the Bloom filter's hashes), ``market.chains.grow.draw_epsilon`` and
-    ``mechanisms.relaxation.chain`` of each Bloom bit in turn (bit 0's whole chain first, as the SDK and
-    ``tests/data/custody_vectors.json``), with words at the top that make draws tie and be rejected."""
+    ``mechanisms.relaxation.chain`` of the whole Bloom bit vector (step-major, as ``market.chains.grow`` draws a
+    value's chains, the SDK and ``tests/data/custody_vectors.json``), with words at the top that make draws tie and
+    be rejected."""
     from market.chains.grow import draw_epsilon
     from mechanisms.numeric import discretize
     from mechanisms.rappor import _positions
@@ -259,7 +260,7 @@ def _server_kinds_cases(seed: int = 32) -> dict:
         if k % 4 == 0:  # words at the top: rejected draws and ties, settled by further words
             words[::5] = [top] * len(words[::5])
         src = _FixedWords(words)
-        rows = [chain(np.array([b]), [draw_epsilon(int(e), divisor) for e in micros], 2, src)[0] for b in bits]
+        rows = chain(np.array(bits), [draw_epsilon(int(e), divisor) for e in micros], 2, src)
         chains.append({"bits": bits, "epsilons": eps, "divisor": divisor, "words": [str(w) for w in words],
                        "outputs": ["".join(str(int(r[j])) for r in rows) for j in range(3)],
                        "words_used": src.used})

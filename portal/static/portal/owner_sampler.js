@@ -8,8 +8,9 @@
 //
 // Numeric and string values (docs/custody.md): discretize (mechanisms.numeric.discretize of one number, one
 // word), bloomBits (mechanisms.rappor.bloom_bits, with its own SHAKE-256) and bloomChains (a binary chain per
-// Bloom bit, bit 0's first, each output at drawEpsilon(eps, 2 num_hashes), market.chains.grow.draw_epsilon),
-// as the Python SDK (ldpmarket_client.sampler) and tests/data/custody_vectors.json.
+// Bloom bit, all bits step by step as the service's batched growth draws them, each output at drawEpsilon(eps,
+// 2 num_hashes), market.chains.grow.draw_epsilon), as the Python SDK (ldpmarket_client.sampler) and
+// tests/data/custody_vectors.json.
 //
 // Laws (docs/mechanisms.md, "Exact sampling"):
 //   k-RR at eps over m labels: each other label gets flip = ceil(2^64 / (L + m - 1)) cells of 2^-64 and the
@@ -290,6 +291,100 @@ function drawRow(w, first, second, m, nextWord, useTopWidth) {
   return other;
 }
 
+// ------------------------------------------------------------------ one value's rows in one batch
+
+/** Rows per vectorized pass of the server's draw_weighted (mechanisms._sampling.BLOCK). */
+const BLOCK = 1 << 14;
+
+// The region of a row whose top word is u (the server's _regions for one row): 0, 1, 2 or 3 (rejected); further
+// words only when u equals an undecided threshold's top word.
+function regionOf(cut, u, nextWord) {
+  let r = 0, tied = false;
+  for (const [top, open] of cut.tops) {
+    if (u >= top) r += 1;
+    if (u === top && open) tied = true;
+  }
+  if (!tied) return r;
+  const rest = cut.bits - 64, n = Math.ceil(rest / 64);
+  let v = 0n;
+  for (let i = 0; i < n; i++) v = (v << 64n) | wordFrom(nextWord);
+  const big = (u << cut.shift) | (v >> BigInt(64 * n - rest));
+  r = cut.thresholds.findIndex((t) => big < t);
+  return r < 0 ? 3 : r;
+}
+
+// The vectorized uniform_below (mechanisms/random.py): one word per entry of ks, then one per rejected entry, in
+// order, until none is left.
+function uniformBelowBatch(ks, nextWord) {
+  const out = new Array(ks.length).fill(0);
+  let todo = ks.map((_, i) => i);
+  while (todo.length) {
+    const got = todo.map(() => wordFrom(nextWord));
+    const left = [];
+    todo.forEach((i, j) => {
+      const kk = BigInt(ks[i]), q = got[j] / (U64_MAX / kk);
+      if (q < kk) out[i] = Number(q);
+      else left.push(i);
+    });
+    todo = left;
+  }
+  return out;
+}
+
+function drawBlock(rows, m, nextWord, useTopWidth) {
+  const n = rows.length, cuts = rows.map((r) => cutOf(r.w));
+  const u = new Array(n).fill(0n), region = new Array(n).fill(3);
+  let todo = rows.map((_, i) => i);
+  while (todo.length) {   // a word per row, then the tied rows' low bits in row order; the rejected rows again
+    for (const i of todo) u[i] = wordFrom(nextWord);
+    for (const i of todo) region[i] = regionOf(cuts[i], u[i], nextWord);
+    todo = todo.filter((i) => region[i] === 3);
+  }
+  const out = rows.map((r, i) => (region[i] === 2 ? r.first : r.second));
+  const others = [];
+  region.forEach((r, i) => { if (r === 0) others.push(i); });
+  if (!others.length) return out;
+  const ks = others.map((i) => rows[i].w.nOthers);
+  let picks;
+  if (useTopWidth && cuts[0].topWidth > 0n) picks = others.map((i) => Number(u[i] / cuts[0].topWidth));
+  else if (Math.max(...ks) > 1) picks = uniformBelowBatch(ks, nextWord);
+  else picks = others.map(() => 0);
+  others.forEach((i, j) => {
+    const { first, second } = rows[i], k = picks[j];
+    const lo = Math.min(first, second), hi = first === second ? m : Math.max(first, second);
+    let other = k + (k >= lo ? 1 : 0);
+    other += other >= hi ? 1 : 0;
+    out[i] = other;
+  });
+  return out;
+}
+
+// One label per row {w, first, second}, consuming words as the server's draw_weighted does for these rows in one
+// call (per block of BLOCK rows): a word per row, the tied rows' further words in row order, the rejected rows
+// again (a word each, then their ties), then the other labels' uniforms (useTopWidth: one law, k-RR).
+function drawRows(rows, m, nextWord, useTopWidth) {
+  const out = [];
+  for (let start = 0; start < rows.length; start += BLOCK) {
+    out.push(...drawBlock(rows.slice(start, start + BLOCK), m, nextWord, useTopWidth));
+  }
+  return out;
+}
+
+// k-RR of every value in one batch (mechanisms.rr.perturb of the vector).
+function krrRows(values, eps, m, nextWord) {
+  const c = krrCells(eps, m);
+  if (c.keep === c.flip) return uniformBelowBatch(values.map(() => m), nextWord);
+  const w = { first: c.keep, second: 0n, other: c.flip, nOthers: m - 1 };
+  return drawRows(values.map((v) => ({ w, first: v, second: v })), m, nextWord, true);
+}
+
+// One relaxation step of every value in one batch (mechanisms.relaxation.relax of the vector).
+function relaxRows(prev, values, epsFrom, epsTo, m, nextWord) {
+  const { kept, moved } = stepWeights(epsFrom, epsTo, m);
+  return drawRows(values.map((a, i) => ({ w: prev[i] === a ? kept : moved, first: a, second: prev[i] })), m,
+                  nextWord, false);
+}
+
 // ------------------------------------------------------------------ the mechanisms
 
 /** k-RR of one label (mechanisms.rr.perturb): keep/flip cells above; eps = 0 exactly uniform. */
@@ -527,23 +622,34 @@ export function bloomBits(cohort, string, numBits, numHashes) {
 
 /**
  * A string's upload (docs/custody.md#uploads): a binary chain per Bloom bit through the release epsilons, every
- * output drawn at drawEpsilon(eps, divisor), bit 0's whole chain first, then bit 1's, ... from one word source
- * (the SDK's ldpmarket_client.sampler.bits_chain; tests/data/custody_vectors.json); per epsilon a text of
- * bits.length characters "0"/"1".  With head (a release epsilon) and headOutput (its text), continues the
- * chains from there (one relaxation step per bit and epsilon, bit 0's first: extend_bits_chain).
+ * output drawn at drawEpsilon(eps, divisor), from one word source; per epsilon a text of bits.length characters
+ * "0"/"1".  Step-major, as the service grows a value's chains (market.chains.grow: mechanisms.chain of the whole
+ * bit vector): every bit's k-RR at the first epsilon in one batch, then one batch of relaxation steps per further
+ * epsilon, so the same words give the service's outputs (the SDK's ldpmarket_client.sampler.bits_chain;
+ * tests/data/custody_vectors.json).  With head (a release epsilon) and headOutput (its text), continues the chains
+ * from there: one batch of steps, all bits, per epsilon (extend_bits_chain).
  */
 export function bloomChains(bits, epsilons, divisor, nextWord = secureWords(), head = null, headOutput = null) {
   if (!Array.isArray(bits) || !bits.length) throw new RangeError("bits must be a non-empty array");
   if (!epsilons.length) throw new RangeError("epsilons must not be empty");
+  bits.forEach((b) => checkLabel(b, 2, "a bit"));
   const draw = epsilons.map((e) => drawEpsilon(e, divisor));
-  let rows;
+  const steps = [];
+  let prev, from;
   if (head === null) {
-    rows = bits.map((b) => chain(b, draw, 2, nextWord));
+    prev = krrRows(bits, draw[0], 2, nextWord);
+    steps.push(prev);
+    from = draw[0];
   } else {
-    const heads = [...String(headOutput)].map(Number);
-    if (heads.length !== bits.length) throw new RangeError("the head's output must have one character per bit");
-    const from = drawEpsilon(head, divisor);
-    rows = bits.map((b, j) => extend(b, from, heads[j], draw, 2, nextWord));
+    prev = [...String(headOutput)].map(Number);
+    if (prev.length !== bits.length) throw new RangeError("the head's output must have one character per bit");
+    prev.forEach((h) => checkLabel(h, 2, "a head output"));
+    from = drawEpsilon(head, divisor);
   }
-  return draw.map((_, i) => rows.map((r) => r[i]).join(""));
+  for (const e of head === null ? draw.slice(1) : draw) {
+    prev = relaxRows(prev, bits, from, e, 2, nextWord);
+    steps.push(prev);
+    from = e;
+  }
+  return steps.map((row) => row.join(""));
 }
