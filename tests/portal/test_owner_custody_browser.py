@@ -271,6 +271,7 @@ def test_a_numeric_value_is_discretized_once_on_the_device_and_only_its_bit_chai
     assert bodies == [{"attribute": attribute.id, "custody": "owner", "ceiling": "1.7"},
                       {"epsilons": ["0.5", "1", "1.5"], "outputs": outputs[:, 0].tolist()},
                       {"epsilons": ["2", "2.5"], "outputs": outputs2[3:, 0].tolist()}]
+    _sold_receipted_and_audited(page, base, attribute, value, "1", outputs2[1])
 
 
 def test_a_string_value_is_hashed_on_the_device_and_only_its_bloom_bit_chains_are_uploaded(
@@ -335,3 +336,34 @@ def test_a_string_value_is_hashed_on_the_device_and_only_its_bloom_bit_chains_ar
                       {"epsilons": ["2"], "outputs": texts[3:]}]
     assert bloom not in texts, "at epsilon / 4 per bit (at most 0.5), 32 bits all kept has probability below 1e-5"
     assert not [r for r in sent if bloom in r[2]], "the Bloom filter is in no request body"
+    _sold_receipted_and_audited(page, base, attribute, value, "1", outputs2[1])
+
+
+def _sold_receipted_and_audited(page, base, attribute, value, epsilon: str, uploaded) -> None:
+    """Issue 32's "sold, receipted and audited" for a value contributed from this browser: a buyer's purchase
+    includes it with the output the device uploaded at ``epsilon``; after a checkpoint its value page verifies the
+    release's receipt in the browser; the budget audit and the privacy audit's stay test pass."""
+    import numpy as np
+    from django.core.management import call_command
+    from playwright.sync_api import expect
+
+    from accounts.models import LedgerEntry
+    from audit.budget_audit import audit_budgets
+    from audit.privacy import privacy_audit
+    from market.selectors import all_outputs
+    from tests.audit.conftest import buy
+    from tests.factories import BuyerFactory, fund
+
+    buyer = BuyerFactory()
+    fund(buyer, "100")
+    purchase = buy(buyer, attribute, epsilon, np.random.default_rng(3))
+    assert (purchase.status, purchase.included) == ("completed", 1)
+    ids, outputs = all_outputs(purchase)
+    assert ids.tolist() == [value.id] and (outputs[0] == np.asarray(uploaded)).all()
+    release = LedgerEntry.objects.get(purchase_id=purchase.id, kind="chain_release")
+    call_command("ledger_checkpoint", stdout=open(os.devnull, "w"))
+    page.goto(f"{base}/portal/values/{value.id}/")
+    expect(page.locator(f'tr.release-row[data-entry-id="{release.id}"] .receipt-cell')).to_have_text("verified")
+    assert audit_budgets().ok
+    report = privacy_audit(attribute_ids=[attribute.id], plot=False, rng=np.random.default_rng(1))
+    assert [a.owner_held for a in report.attributes] == [1] and report.ok
